@@ -1,0 +1,26 @@
+#pragma once
+// One rotary call, described as data: which views, which positions, where cos/sin come from.
+// The public API validates it; backends (scalar reference, SIMD) only execute it.
+
+#include <array>
+#include <cstddef>
+
+#include "posenc/core/positions.hpp"
+#include "posenc/core/tensor.hpp"
+#include "posenc/rope/table.hpp"
+
+namespace posenc::detail {
+
+struct rotate_job {
+    std::array<heads_view<float>, 2> views{};  ///< Q and K (either may be empty); same tokens
+    position_ids positions = position_ids::consecutive(0, 0);
+    std::size_t rotary_dim = 0;
+    bool inverse = false;
+    const cos_sin_table* table = nullptr;  ///< rows from here when set, else computed on the fly
+    const double* inv_freq = nullptr;      ///< rotary_dim/2 values, for on-the-fly rows
+    double amplitude = 1.0;
+
+    [[nodiscard]] std::size_t pairs() const noexcept { return rotary_dim / 2; }
+};
+
+}  // namespace posenc::detail

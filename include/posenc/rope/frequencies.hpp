@@ -1,0 +1,76 @@
+#pragma once
+// What every frequency schedule produces: the inverse frequencies of the rotary pairs (double) and
+// the amplitude HF calls `attention_scaling`, multiplied into both cos and sin. Plus rope_dims, the
+// head width and the rotary width the schedule is evaluated for.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <numbers>
+#include <vector>
+
+#include "posenc/core/errors.hpp"
+
+namespace posenc {
+
+/// Head width and rotary width. Pairs live inside the first `rotary_dim` lanes of a head; lanes
+/// rotary_dim..head_dim-1 pass through untouched (partial rotary, GPT-NeoX `rotary_pct`).
+struct rope_dims {
+    std::size_t head_dim = 0;
+    std::size_t rotary_dim = 0;  ///< 0 means head_dim
+
+    [[nodiscard]] std::size_t rotary() const noexcept { return rotary_dim ? rotary_dim : head_dim; }
+    [[nodiscard]] std::size_t pairs() const noexcept { return rotary() / 2; }
+
+    /// HF's rule: rotary_dim = int(head_dim × partial_rotary_factor), truncating.
+    [[nodiscard]] static rope_dims partial(std::size_t head_dim, double partial_rotary_factor) {
+        detail::require(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0,
+                        "partial_rotary_factor", partial_rotary_factor, "must be in (0, 1]");
+        return {head_dim, static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor)};
+    }
+
+    void validate() const {
+        detail::require(head_dim > 0, "head_dim", head_dim, "must be > 0");
+        detail::require(rotary() > 0, "rotary_dim", rotary(), "must be > 0");
+        detail::require(rotary() % 2 == 0, "rotary_dim", rotary(), "must be even (lanes rotate in pairs)");
+        detail::require(rotary() <= head_dim, "rotary_dim", rotary(),
+                        "must not exceed head_dim = " + detail::to_text(head_dim));
+    }
+};
+
+struct rope_frequencies {
+    std::vector<double> inv_freq{};  ///< rotary_dim/2 values, angle of pair i at position p = p·inv_freq[i]
+    double attention_factor = 1.0;  ///< cos/sin amplitude (HF `attention_scaling`)
+};
+
+namespace detail {
+
+inline void require_rotary_dim(std::size_t rotary_dim) {
+    require(rotary_dim > 0 && rotary_dim % 2 == 0, "rotary_dim", rotary_dim, "must be even and > 0");
+}
+
+inline void require_base(double base) {
+    require(std::isfinite(base) && base > 1.0, "base", base, "must be finite and > 1 (HF rope_theta)");
+}
+
+inline void require_factor(double factor, std::string_view key = "factor") {
+    require(std::isfinite(factor) && factor > 0.0, key, factor, "must be finite and > 0");
+}
+
+inline void require_length(std::int64_t length, std::string_view key) {
+    require(length > 0, key, length, "must be > 0");
+}
+
+/// base^(-2i/d) for i < d/2, as 1 / base^(2i/d) (HF's expression, evaluated in double).
+inline std::vector<double> default_inv_freq(double base, std::size_t rotary_dim) {
+    std::vector<double> inv(rotary_dim / 2);
+    for (std::size_t i = 0; i < inv.size(); ++i)
+        inv[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+    return inv;
+}
+
+/// Wavelength in tokens of a rotary pair: one full turn.
+inline double wavelength(double inv_freq) { return 2.0 * std::numbers::pi / inv_freq; }
+
+}  // namespace detail
+}  // namespace posenc

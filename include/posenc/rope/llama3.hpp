@@ -1,0 +1,58 @@
+#pragma once
+// Llama-3.1 scaling (HF rope_type "llama3"): by wavelength λ against the original context L₀,
+// pairs with λ < L₀/high_freq_factor keep their frequency, pairs with λ > L₀/low_freq_factor are
+// divided by `factor`, and the band between is blended with s = (L₀/λ − low)/(high − low):
+//     θ' = (1 − s)·θ/factor + s·θ.
+
+#include "posenc/rope/frequencies.hpp"
+
+namespace posenc {
+
+struct llama3 {
+    static constexpr std::string_view rope_type = "llama3";
+
+    double base = 500000.0;
+    double factor = 8.0;
+    double low_freq_factor = 1.0;
+    double high_freq_factor = 4.0;
+    std::int64_t original_max_position = 8192;  ///< HF original_max_position_embeddings
+
+    void validate() const {
+        detail::require_base(base);
+        detail::require_factor(factor);
+        detail::require_factor(low_freq_factor, "low_freq_factor");
+        detail::require(std::isfinite(high_freq_factor) && high_freq_factor > low_freq_factor, "high_freq_factor",
+                        high_freq_factor, "must be > low_freq_factor = " + detail::to_text(low_freq_factor));
+        detail::require_length(original_max_position, "original_max_position");
+    }
+
+    /// Per pair, the weight w of the interpolated frequency: θ' = w·θ/factor + (1 − w)·θ.
+    [[nodiscard]] std::vector<double> interpolation(std::size_t rotary_dim) const {
+        validate();
+        detail::require_rotary_dim(rotary_dim);
+        const double L0 = static_cast<double>(original_max_position);
+        const double low_freq_wavelen = L0 / low_freq_factor;
+        const double high_freq_wavelen = L0 / high_freq_factor;
+        const auto inv = detail::default_inv_freq(base, rotary_dim);
+        std::vector<double> w(inv.size());
+        for (std::size_t i = 0; i < inv.size(); ++i) {
+            const double wavelen = detail::wavelength(inv[i]);
+            if (wavelen < high_freq_wavelen)
+                w[i] = 0.0;
+            else if (wavelen > low_freq_wavelen)
+                w[i] = 1.0;
+            else
+                w[i] = 1.0 - (L0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+        }
+        return w;
+    }
+
+    [[nodiscard]] rope_frequencies frequencies(std::size_t rotary_dim, std::int64_t /*seq_len*/ = 0) const {
+        const auto w = interpolation(rotary_dim);
+        auto inv = detail::default_inv_freq(base, rotary_dim);
+        for (std::size_t i = 0; i < inv.size(); ++i) inv[i] = w[i] * inv[i] / factor + (1.0 - w[i]) * inv[i];
+        return {std::move(inv), 1.0};
+    }
+};
+
+}  // namespace posenc

@@ -1,0 +1,142 @@
+#pragma once
+// rotary<Layout>: applies RoPE in place to Q and/or K, given as strided [tokens, heads, head_dim]
+// views over the caller's memory, with one integer position per token.
+//
+//   posenc::rotary<posenc::half_split> rope({.head_dim = 128}, posenc::yarn{.base = 5e5, .factor = 4,
+//                                            .original_max_position = 8192});
+//   rope.apply(q, k, positions);            // cos/sin computed per token, any integer position
+//   auto table = rope.table(8192);          // or cached for positions 0..8191
+//   rope.apply(table, q, k, positions);     // checked: a position outside the table throws
+//
+// Every check runs before anything is written: after a throw the caller's buffers are unchanged.
+// Dynamic schedules (dynamic_ntk, longrope) are evaluated once, for the seq_len given to the
+// constructor; build a new rotary when the length changes (it costs rotary_dim/2 pow calls).
+
+#include <cassert>
+
+#include "posenc/core/concepts.hpp"
+#include "posenc/core/errors.hpp"
+#include "posenc/core/positions.hpp"
+#include "posenc/core/tensor.hpp"
+#include "posenc/detail/rotate_scalar.hpp"
+#include "posenc/rope/frequencies.hpp"
+#include "posenc/rope/layout.hpp"
+#include "posenc/rope/table.hpp"
+
+namespace posenc {
+
+enum class rotation { forward, inverse };
+
+template <rotary_layout Layout>
+class rotary {
+public:
+    using layout = Layout;
+
+    rotary(rope_dims dims, rope_frequencies freq) : dims_(dims), freq_(std::move(freq)) {
+        dims_.validate();
+        detail::require(freq_.inv_freq.size() == dims_.pairs(), "inv_freq",
+                        "list of length " + detail::to_text(freq_.inv_freq.size()),
+                        "needs rotary_dim/2 = " + detail::to_text(dims_.pairs()) + " entries");
+        detail::require(std::isfinite(freq_.attention_factor) && freq_.attention_factor > 0.0, "attention_factor",
+                        freq_.attention_factor, "must be finite and > 0");
+    }
+
+    /// Evaluates `schedule` for this rotary width at sequence length `seq_len` (0 = not known).
+    template <frequency_schedule Schedule>
+    rotary(rope_dims dims, const Schedule& schedule, std::int64_t seq_len = 0)
+        : rotary(checked(dims), schedule.frequencies(dims.rotary(), seq_len)) {}
+
+    [[nodiscard]] const rope_dims& dims() const noexcept { return dims_; }
+    [[nodiscard]] const rope_frequencies& frequencies() const noexcept { return freq_; }
+
+    /// cos/sin for positions 0..positions-1.
+    [[nodiscard]] cos_sin_table table(std::int64_t positions) const { return cos_sin_table(freq_, positions); }
+
+    // ---- angles computed per token: any integer position, negative ones included -------------------
+    void apply(heads_view<float> x, position_ids pos, rotation dir = rotation::forward) const {
+        apply(x, {}, pos, dir);
+    }
+    void apply(heads_view<float> q, heads_view<float> k, position_ids pos, rotation dir = rotation::forward) const {
+        execute(make_job(q, k, pos, dir, nullptr));
+    }
+
+    // ---- cos/sin from a table: checked ---------------------------------------------------------------
+    void apply(const cos_sin_table& table, heads_view<float> x, position_ids pos,
+               rotation dir = rotation::forward) const {
+        apply(table, x, {}, pos, dir);
+    }
+    void apply(const cos_sin_table& table, heads_view<float> q, heads_view<float> k, position_ids pos,
+               rotation dir = rotation::forward) const {
+        check_table(table);
+        table.check(pos);
+        execute(make_job(q, k, pos, dir, &table));
+    }
+
+    /// Unchecked table path for hot loops. Preconditions (asserted in debug builds): the views match
+    /// dims().head_dim and pos.size(), every position is inside the table, the table was built by this
+    /// rotary's frequencies.
+    void apply_unchecked(const cos_sin_table& table, heads_view<float> q, heads_view<float> k, position_ids pos,
+                         rotation dir = rotation::forward) const noexcept {
+        assert(table.inv_freq() == freq_.inv_freq);
+        assert(pos.size() == 0 || (table.contains(pos.bounds().first) && table.contains(pos.bounds().second)));
+        assert(view_matches(q, pos) && view_matches(k, pos));
+        execute(unchecked_job(q, k, pos, dir, &table));
+    }
+
+    /// Rotates every token of `x` by the same position offset `delta`: re-rotates cached keys after
+    /// the cache was shifted (delta may be negative).
+    void shift(heads_view<float> x, std::int64_t delta) const {
+        apply(x, position_ids::constant(delta, x.tokens()));
+    }
+
+private:
+    static rope_dims checked(rope_dims d) {
+        d.validate();
+        return d;
+    }
+
+    [[nodiscard]] bool view_matches(const heads_view<float>& v, const position_ids& pos) const noexcept {
+        return v.empty() || (v.head_dim() == dims_.head_dim && v.tokens() == pos.size());
+    }
+
+    void require_view(const heads_view<float>& v, std::string_view name, std::size_t tokens) const {
+        if (v.empty()) return;
+        detail::require(v.head_dim() == dims_.head_dim, std::string(name) + ".head_dim", v.head_dim(),
+                        "must equal the rotary's head_dim = " + detail::to_text(dims_.head_dim));
+        detail::require(v.tokens() == tokens, std::string(name) + ".tokens", v.tokens(),
+                        "must equal the number of positions = " + detail::to_text(tokens));
+    }
+
+    void check_table(const cos_sin_table& table) const {
+        detail::require(table.inv_freq() == freq_.inv_freq && table.amplitude() == freq_.attention_factor, "table",
+                        "of " + detail::to_text(table.pairs()) + " pairs",
+                        "was built from other frequencies than this rotary's");
+    }
+
+    detail::rotate_job make_job(heads_view<float> q, heads_view<float> k, const position_ids& pos, rotation dir,
+                                const cos_sin_table* table) const {
+        require_view(q, "q", pos.size());
+        require_view(k, "k", pos.size());
+        return unchecked_job(q, k, pos, dir, table);
+    }
+
+    detail::rotate_job unchecked_job(heads_view<float> q, heads_view<float> k, const position_ids& pos, rotation dir,
+                           const cos_sin_table* table) const noexcept {
+        detail::rotate_job job;
+        job.views = {q, k};
+        job.positions = pos;
+        job.rotary_dim = dims_.rotary();
+        job.inverse = dir == rotation::inverse;
+        job.table = table;
+        job.inv_freq = freq_.inv_freq.data();
+        job.amplitude = freq_.attention_factor;
+        return job;
+    }
+
+    static void execute(const detail::rotate_job& job) { detail::run_scalar<Layout>(job); }
+
+    rope_dims dims_;
+    rope_frequencies freq_;
+};
+
+}  // namespace posenc
