@@ -16,7 +16,9 @@ struct rotate_job {
     position_ids positions = position_ids::consecutive(0, 0);
     std::size_t rotary_dim = 0;
     bool inverse = false;
-    const cos_sin_table* table = nullptr;  ///< rows from here when set, else computed on the fly
+    const float* rows = nullptr;           ///< per-token rows [cos | sin] (pairs each), when set
+    const cos_sin_table* table = nullptr;  ///< else rows from this table by position, when set
+                                           ///< else computed on the fly from inv_freq
     const double* inv_freq = nullptr;      ///< rotary_dim/2 values, for on-the-fly rows
     double amplitude = 1.0;
 

@@ -23,11 +23,13 @@ void rotate_head_scalar(float* x, std::size_t rotary_dim, const float* cos, cons
 template <class Layout>
 void run_scalar(const rotate_job& job) {
     const std::size_t n = job.pairs();
-    std::vector<float> scratch(job.table ? 0 : 2 * n);
+    std::vector<float> scratch(job.rows || job.table ? 0 : 2 * n);
     for (std::size_t t = 0; t < job.positions.size(); ++t) {
         const std::int64_t p = job.positions[t];
         const float* row = nullptr;
-        if (job.table) {
+        if (job.rows) {
+            row = job.rows + t * 2 * n;
+        } else if (job.table) {
             row = job.table->row(p);
         } else {
             cos_sin_row(job.inv_freq, n, p, job.amplitude, scratch.data(), scratch.data() + n);
