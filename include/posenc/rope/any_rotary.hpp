@@ -15,10 +15,10 @@ public:
 
     template <frequency_schedule Schedule>
     any_rotary(rope_layout layout, rope_dims dims, const Schedule& schedule, std::int64_t seq_len = 0)
-        : any_rotary(layout, dims, schedule.frequencies(dims.rotary(), seq_len)) {}
+        : any_rotary(layout, dims, (dims.validate(), schedule.frequencies(dims.rotary(), seq_len))) {}
 
     any_rotary(rope_layout layout, rope_dims dims, const any_schedule& schedule, std::int64_t seq_len = 0)
-        : any_rotary(layout, dims, posenc::frequencies(schedule, dims.rotary(), seq_len)) {}
+        : any_rotary(layout, dims, (dims.validate(), posenc::frequencies(schedule, dims.rotary(), seq_len))) {}
 
     [[nodiscard]] rope_layout layout() const noexcept {
         return std::holds_alternative<rotary<interleaved>>(impl_) ? rope_layout::interleaved : rope_layout::half_split;

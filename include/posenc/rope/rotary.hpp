@@ -44,7 +44,7 @@ public:
     /// Evaluates `schedule` for this rotary width at sequence length `seq_len` (0 = not known).
     template <frequency_schedule Schedule>
     rotary(rope_dims dims, const Schedule& schedule, std::int64_t seq_len = 0)
-        : rotary(checked(dims), schedule.frequencies(dims.rotary(), seq_len)) {}
+        : rotary(dims, evaluate(dims, schedule, seq_len)) {}
 
     [[nodiscard]] const rope_dims& dims() const noexcept { return dims_; }
     [[nodiscard]] const rope_frequencies& frequencies() const noexcept { return freq_; }
@@ -90,9 +90,10 @@ public:
     }
 
 private:
-    static rope_dims checked(rope_dims d) {
-        d.validate();
-        return d;
+    template <frequency_schedule Schedule>
+    static rope_frequencies evaluate(const rope_dims& dims, const Schedule& schedule, std::int64_t seq_len) {
+        dims.validate();  // before the schedule, so that a bad head_dim is reported as such
+        return schedule.frequencies(dims.rotary(), seq_len);
     }
 
     [[nodiscard]] bool view_matches(const heads_view<float>& v, const position_ids& pos) const noexcept {

@@ -1,0 +1,110 @@
+// Bad input gets posenc's own error naming the field and the value, and loses nothing.
+#include <posenc/posenc.hpp>
+
+#include "support/catch.hpp"
+#include "support/reference.hpp"
+
+namespace {
+
+// Runs f, requires a posenc::config_error whose key is `key` and whose message names the value.
+template <class F>
+void expect_config_error(F&& f, const std::string& key, const std::string& value_text) {
+    try {
+        f();
+        FAIL("no exception; expected config_error for " << key);
+    } catch (const posenc::config_error& e) {
+        CHECK(e.key() == key);
+        CHECK(std::string(e.what()).find(key) != std::string::npos);
+        CHECK(std::string(e.what()).find(value_text) != std::string::npos);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("invalid schedule parameters name the key and the value", "[errors]") {
+    expect_config_error([] { (void)posenc::linear{.factor = 0}.frequencies(64); }, "factor", "0");
+    expect_config_error([] { (void)posenc::linear{.factor = -2}.frequencies(64); }, "factor", "-2");
+    expect_config_error([] { (void)posenc::ntk_aware{.factor = -1}.frequencies(64); }, "factor", "-1");
+    expect_config_error([] { (void)posenc::yarn{.factor = 0}.frequencies(64); }, "factor", "0");
+    expect_config_error([] { (void)posenc::default_rope{.base = 1}.frequencies(64); }, "base", "1");
+    expect_config_error([] { (void)posenc::default_rope{.base = 0.5}.frequencies(64); }, "base", "0.5");
+    expect_config_error([] { (void)posenc::default_rope{}.frequencies(63); }, "rotary_dim", "63");
+    expect_config_error([] { (void)posenc::yarn{.factor = 4, .beta_fast = 1, .beta_slow = 1}.frequencies(64); },
+                        "beta_fast", "1");
+    expect_config_error([] { (void)posenc::yarn{.factor = 4, .beta_fast = 0.5, .beta_slow = 2}.frequencies(64); },
+                        "beta_fast", "0.5");
+    expect_config_error([] { (void)posenc::llama3{.low_freq_factor = 4, .high_freq_factor = 4}.frequencies(64); },
+                        "high_freq_factor", "4");
+    expect_config_error([] { (void)posenc::llama3{.low_freq_factor = 5, .high_freq_factor = 1}.frequencies(64); },
+                        "high_freq_factor", "1");
+    expect_config_error([] { (void)posenc::dynamic_ntk{.factor = 2, .original_max_position = 0}.frequencies(64, 9); },
+                        "original_max_position", "0");
+    expect_config_error([] { (void)posenc::ntk_by_parts{.factor = 2, .alpha = 3, .beta = 2}.frequencies(64); },
+                        "beta", "2");
+    expect_config_error(
+        [] {
+            posenc::longrope l{.short_factor = std::vector<double>(31, 1.0), .long_factor = std::vector<double>(32, 1.0)};
+            (void)l.frequencies(64);
+        },
+        "short_factor", "31");
+    expect_config_error(
+        [] {
+            posenc::longrope l{.short_factor = std::vector<double>(32, 1.0), .long_factor = std::vector<double>(33, 1.0)};
+            (void)l.frequencies(64);
+        },
+        "long_factor", "33");
+    expect_config_error([] { (void)posenc::rope_dims::partial(128, 1.5); }, "partial_rotary_factor", "1.5");
+}
+
+TEST_CASE("invalid dims are rejected when a rotary is built", "[errors]") {
+    using R = posenc::rotary<posenc::half_split>;
+    expect_config_error([] { R({.head_dim = 64, .rotary_dim = 31}, posenc::default_rope{}); }, "rotary_dim", "31");
+    expect_config_error([] { R({.head_dim = 64, .rotary_dim = 128}, posenc::default_rope{}); }, "rotary_dim", "128");
+    expect_config_error([] { R({.head_dim = 0}, posenc::default_rope{}); }, "head_dim", "0");
+    expect_config_error([] { R({.head_dim = 64}, posenc::rope_frequencies{.inv_freq = {1.0, 2.0}}); }, "inv_freq", "2");
+    expect_config_error([] { (void)posenc::parse_layout("neox"); }, "layout", "neox");
+}
+
+TEST_CASE("checked table lookups reject positions outside the table and leave buffers unchanged", "[errors]") {
+    const posenc::rotary<posenc::half_split> rope({.head_dim = 64}, posenc::default_rope{});
+    const auto table = rope.table(100);
+    const auto original = posenc_test::random_floats(3 * 4 * 64, 9);
+    std::vector<float> q = original, k = original;
+    posenc::heads_view<float> vq(std::span<float>(q), {3, 4, 64}), vk(std::span<float>(k), {3, 4, 64});
+    for (const std::vector<std::int64_t>& pos : {std::vector<std::int64_t>{0, 50, 100},
+                                                 std::vector<std::int64_t>{-1, 0, 1},
+                                                 std::vector<std::int64_t>{99, 1'000'000, 0}}) {
+        CHECK_THROWS_AS(rope.apply(table, vq, vk, pos), posenc::range_error);
+        CHECK(q == original);
+        CHECK(k == original);
+    }
+    CHECK_THROWS_AS(table.cos(100), posenc::range_error);
+    CHECK_THROWS_AS(table.sin(-1), posenc::range_error);
+    CHECK_NOTHROW(rope.apply(table, vq, vk, std::vector<std::int64_t>{0, 50, 99}));
+    CHECK(q != original);
+}
+
+TEST_CASE("mismatched views, positions and tables are errors before any write", "[errors]") {
+    const posenc::rotary<posenc::interleaved> rope({.head_dim = 64}, posenc::default_rope{});
+    const auto original = posenc_test::random_floats(2 * 64 * 2, 4);
+    std::vector<float> buf = original;
+    posenc::heads_view<float> v(std::span<float>(buf), {2, 2, 64});
+    expect_config_error([&] { rope.apply(v, std::vector<std::int64_t>{1, 2, 3}); }, "q.tokens", "2");
+    posenc::heads_view<float> wide(std::span<float>(buf), {2, 1, 128});
+    expect_config_error([&] { rope.apply(wide, std::vector<std::int64_t>{1, 2}); }, "q.head_dim", "128");
+    expect_config_error([&] { rope.apply(v, wide, std::vector<std::int64_t>{1, 2}); }, "k.head_dim", "128");
+    const posenc::rotary<posenc::interleaved> other({.head_dim = 64}, posenc::default_rope{.base = 500000});
+    const auto other_table = other.table(10);
+    expect_config_error([&] { rope.apply(other_table, v, std::vector<std::int64_t>{1, 2}); }, "table", "32");
+    CHECK(buf == original);
+}
+
+TEST_CASE("views that do not fit their buffer or overlap are rejected", "[errors]") {
+    std::vector<float> buf(100);
+    CHECK_THROWS_AS(posenc::heads_view<float>(std::span<float>(buf), {2, 1, 64}), posenc::range_error);
+    expect_config_error([&] { posenc::heads_view<float>(std::span<float>(buf), {2, 1, 32}, {.token = 16}); },
+                        "token_stride", "16");
+    expect_config_error([&] { posenc::heads_view<float>(std::span<float>(buf), {1, 2, 32}, {.head = 8}); },
+                        "head_stride", "8");
+    expect_config_error([&] { posenc::heads_view<float>(std::span<float>(buf), {1, 1, 0}); }, "head_dim", "0");
+}
