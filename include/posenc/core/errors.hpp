@@ -23,14 +23,16 @@ class config_error : public error {
 public:
     config_error(std::string key, std::string value, std::string_view why)
         : error("posenc: invalid " + key + " = " + value + ": " + std::string(why)),
-          key_(std::move(key)), value_(std::move(value)) {}
+          key_(std::move(key)), value_(std::move(value)), why_(why) {}
 
     [[nodiscard]] const std::string& key() const noexcept { return key_; }
     [[nodiscard]] const std::string& value() const noexcept { return value_; }
+    [[nodiscard]] const std::string& why() const noexcept { return why_; }
 
 private:
     std::string key_;
     std::string value_;
+    std::string why_;
 };
 
 /// An index (usually a position) outside the table or buffer it addresses.

@@ -1,0 +1,241 @@
+// HF config.json → RoPE. Expected values come from the golden HF data (same configs) or from closed
+// forms; the configs under tests/data/configs are written in the shape HF writes them.
+#include <posenc/hf/config.hpp>
+
+#include <fstream>
+
+#include "support/catch.hpp"
+#include "support/golden.hpp"
+#include "support/reference.hpp"
+
+using nlohmann::json;
+using posenc_test::data_path;
+using posenc_test::golden_entry;
+
+namespace {
+
+posenc::hf::model_config load(const std::string& name) { return posenc::hf::load_config(data_path("configs/" + name)); }
+
+std::vector<double> golden_inv(const std::string& id) {
+    return golden_entry("rope_inv_freq", id).at("inv_freq_f64").get<std::vector<double>>();
+}
+
+void check_inv(const posenc::hf::rope_spec& spec, const std::vector<double>& expected, std::int64_t seq_len = 0) {
+    const auto f = posenc::frequencies(spec.schedule, spec.dims.rotary(), seq_len);
+    REQUIRE(f.inv_freq.size() == expected.size());
+    CHECK(posenc_test::max_rel_diff(f.inv_freq, expected) <= 1e-12);
+}
+
+// Builds a config.json from a golden entry's params, using HF's key names only, in the transformers
+// v4 shape (rope_scaling, rope_theta at top level) or the v5 shape (rope_parameters holds rope_theta).
+json config_from_golden(const json& e, bool v5) {
+    const auto& p = e.at("params");
+    const std::string type = e.at("rope_type");
+    json cfg{{"model_type", "llama"}, {"head_dim", p.at("head_dim")}, {"hidden_size", 4096}, {"num_attention_heads", 32}};
+    json rope{{"rope_type", type}};
+    if (p.contains("max_position_embeddings")) cfg["max_position_embeddings"] = p.at("max_position_embeddings");
+    if (p.contains("partial_rotary_factor") && !p.at("partial_rotary_factor").is_null()) cfg["partial_rotary_factor"] = p.at("partial_rotary_factor");
+    for (const char* k : {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "mscale",
+                          "mscale_all_dim", "truncate", "low_freq_factor", "high_freq_factor", "short_factor", "long_factor"})
+        if (p.contains(k)) rope[k] = p.at(k);
+    if (p.contains("config_original_max_position_embeddings"))  // Phi-3 keeps it at top level
+        cfg["original_max_position_embeddings"] = p.at("config_original_max_position_embeddings");
+    if (v5) {
+        rope["rope_theta"] = p.at("base");
+        cfg["rope_parameters"] = rope;
+    } else {
+        cfg["rope_theta"] = p.at("base");
+        if (type != "default") cfg["rope_scaling"] = rope;
+    }
+    return cfg;
+}
+
+template <class F>
+void expect_key_error(F&& f, const std::string& key) {
+    try {
+        f();
+        FAIL("no exception; expected config_error for " << key);
+    } catch (const posenc::config_error& e) {
+        CHECK(e.key() == key);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("every golden RoPE config read as a v4 and a v5 config.json gives HF's inv_freq", "[hf][golden]") {
+    for (const auto& e : posenc_test::golden().at("rope_inv_freq")) {
+        for (bool v5 : {false, true}) {
+            INFO(e.at("id").get<std::string>() << (v5 ? " (v5)" : " (v4)"));
+            const auto cfg = posenc::hf::parse_config(config_from_golden(e, v5));
+            CHECK(cfg.rope.rope_type() == (e.at("rope_type") == "dynamic" ? "dynamic" : e.at("rope_type").get<std::string>()));
+            CHECK(cfg.rope.dims.rotary() == e.at("params").at("rotary_dim").get<std::size_t>());
+            const std::int64_t seq_len = e.at("seq_len").is_null() ? 0 : e.at("seq_len").get<std::int64_t>();
+            check_inv(cfg.rope, e.at("inv_freq_f64").get<std::vector<double>>(), seq_len);
+            const auto rot = cfg.rope.make_rotary(seq_len);
+            CHECK(std::abs(rot.frequencies().attention_factor - e.at("attention_factor").get<double>()) <= 1e-12);
+        }
+    }
+}
+
+TEST_CASE("Llama 3.1: llama3 scaling, half_split, head_dim from hidden_size / heads", "[hf]") {
+    const auto cfg = load("llama-3.1-8b.json");
+    CHECK(cfg.model_type == "llama");
+    CHECK(cfg.max_position_embeddings == 131072);
+    CHECK(cfg.rope.layout == posenc::rope_layout::half_split);
+    CHECK(cfg.rope.dims.head_dim == 128);
+    CHECK(cfg.rope.rope_type() == "llama3");
+    check_inv(cfg.rope, golden_inv("llama3_d128_b5e5_f8_l1_h4_o8192_llama31"));
+}
+
+TEST_CASE("Qwen2.5 YaRN with max_position_embeddings == original keeps factor 4", "[hf]") {
+    const auto cfg = load("qwen2.5-7b-yarn.json");
+    const auto& y = std::get<posenc::yarn>(cfg.rope.schedule);
+    CHECK(y.factor == 4.0);
+    CHECK(y.original_max_position == 32768);
+    const auto& div = golden_entry("rope_yarn_version_divergence", "yarn_qwen25_style_maxpos_eq_orig");
+    check_inv(cfg.rope, div.at("newer_A_effective").at("inv_freq_f64").get<std::vector<double>>());
+    CHECK(std::abs(y.amplitude() - div.at("newer_A_effective").at("attention_factor").get<double>()) <= 1e-15);
+}
+
+TEST_CASE("DeepSeek-V3 / V2: rope head dim, interleaved pairs, mscale pairs and softmax multiplier", "[hf]") {
+    const auto v3 = load("deepseek-v3.json");
+    CHECK(v3.rope.dims.head_dim == 64);
+    CHECK(v3.rope.layout == posenc::rope_layout::interleaved);
+    check_inv(v3.rope, golden_inv("yarn_d64_b1e4_f40_o4096_mscale1_1_deepseekv3"));
+    CHECK(v3.rope.make_rotary().frequencies().attention_factor == 1.0);
+    CHECK(std::abs(v3.rope.softmax_scale_multiplier() - std::pow(0.1 * std::log(40.0) + 1, 2)) <= 1e-14);
+
+    const auto v2 = load("deepseek-v2-lite.json");
+    CHECK(v2.rope.layout == posenc::rope_layout::interleaved);
+    CHECK(std::abs(v2.rope.make_rotary().frequencies().attention_factor - 1.0) <= 1e-15);  // 0.707 / 0.707
+    CHECK(std::abs(v2.rope.softmax_scale_multiplier() - std::pow(0.0707 * std::log(40.0) + 1, 2)) <= 1e-14);
+}
+
+TEST_CASE("gpt-oss: yarn without truncation", "[hf]") {
+    const auto cfg = load("gpt-oss-20b.json");
+    CHECK_FALSE(std::get<posenc::yarn>(cfg.rope.schedule).truncate);
+    check_inv(cfg.rope, golden_inv("yarn_d64_b15e4_f32_o4096_notrunc_gptoss"));
+}
+
+TEST_CASE("GPT-NeoX rotary_pct and GPT-J rotary_dim: partial rotary", "[hf]") {
+    const auto neox = load("gpt-neox-20b.json");
+    CHECK(neox.rope.dims.head_dim == 96);
+    CHECK(neox.rope.dims.rotary() == 24);
+    CHECK(neox.rope.layout == posenc::rope_layout::half_split);
+    std::vector<double> expected;
+    for (int i = 0; i < 12; ++i) expected.push_back(std::pow(10000.0, -2.0 * i / 24.0));
+    check_inv(neox.rope, expected);
+
+    const auto gptj = load("gpt-j-6b.json");
+    CHECK(gptj.rope.dims.head_dim == 256);
+    CHECK(gptj.rope.dims.rotary() == 64);
+    CHECK(gptj.rope.layout == posenc::rope_layout::interleaved);
+    CHECK(gptj.max_position_embeddings == 2048);
+    check_inv(gptj.rope, golden_inv("default_d64_b1e4"));
+}
+
+TEST_CASE("Mistral Nemo: explicit head_dim wins over hidden_size / heads", "[hf]") {
+    const auto cfg = load("mistral-nemo.json");
+    CHECK(cfg.rope.dims.head_dim == 128);
+    CHECK(std::get<posenc::default_rope>(cfg.rope.schedule).base == 1e6);
+}
+
+TEST_CASE("Phi-3 LongRoPE: top-level original length, factor = max / original, short/long switch", "[hf]") {
+    const auto cfg = load("phi-3-mini-128k.json");
+    const auto& l = std::get<posenc::longrope>(cfg.rope.schedule);
+    CHECK(l.original_max_position == 4096);
+    CHECK(l.factor == 32.0);
+    std::ifstream in(data_path("configs/phi-3-mini-128k.json"));
+    const auto raw = json::parse(in);
+    const auto sf = raw.at("rope_scaling").at("short_factor").get<std::vector<double>>();
+    const auto lf = raw.at("rope_scaling").at("long_factor").get<std::vector<double>>();
+    for (std::int64_t L : {0, 4096, 4097}) {
+        const auto& ext = L > 4096 ? lf : sf;
+        std::vector<double> expected;
+        for (std::size_t i = 0; i < 48; ++i) expected.push_back(1.0 / (ext[i] * std::pow(10000.0, 2.0 * double(i) / 96.0)));
+        check_inv(cfg.rope, expected, L);
+    }
+    CHECK(std::abs(cfg.rope.make_rotary().frequencies().attention_factor -
+                   std::sqrt(1 + std::log(32.0) / std::log(4096.0))) <= 1e-15);
+
+    const auto partial = load("phi-4-mini-partial.json");
+    CHECK(partial.rope.dims.head_dim == 128);
+    CHECK(partial.rope.dims.rotary() == 96);
+}
+
+TEST_CASE("Gemma-3: text_config, global layers scaled, sliding layers on the local base", "[hf]") {
+    const auto cfg = load("gemma-3-4b.json");
+    CHECK(cfg.model_type == "gemma3_text");
+    CHECK(cfg.rope.dims.head_dim == 256);
+    const auto& full = cfg.rope_for("full_attention");
+    const auto& lin = std::get<posenc::linear>(full.schedule);
+    CHECK(lin.base == 1e6);
+    CHECK(lin.factor == 8.0);
+    const auto& local = std::get<posenc::default_rope>(cfg.rope_for("sliding_attention").schedule);
+    CHECK(local.base == 10000.0);
+    REQUIRE(cfg.layer_types.size() == 34);
+    CHECK(cfg.layer_types[5] == "full_attention");
+    CHECK(cfg.layer_types[4] == "sliding_attention");
+    CHECK(cfg.layer_types[11] == "full_attention");
+    CHECK_THROWS_AS(cfg.rope_for("chunked_attention"), posenc::config_error);
+
+    const auto v5 = load("gemma-3-1b-v5.json");
+    CHECK(std::get<posenc::default_rope>(v5.rope_for("full_attention").schedule).base == 1e6);
+    CHECK(std::get<posenc::default_rope>(v5.rope_for("sliding_attention").schedule).base == 1e4);
+    CHECK(std::get<posenc::default_rope>(v5.rope.schedule).base == 1e6);
+    CHECK(v5.layer_types.size() == 8);
+}
+
+TEST_CASE("bad configs name the offending key", "[hf][errors]") {
+    const json base{{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+                    {"max_position_embeddings", 8192}, {"rope_theta", 10000.0}};
+    auto with = [&](const json& patch) {
+        json c = base;
+        c.merge_patch(patch);
+        return c;
+    };
+    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "mrope"}}}})); },
+                     "rope_scaling.rope_type");
+    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"type", "su"}}}})); }, "rope_scaling.type");
+    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "linear"}}}})); },
+                     "rope_scaling.factor");
+    expect_key_error(
+        [&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "linear"}, {"factor", "2"}}}})); },
+        "rope_scaling.factor");
+    expect_key_error(
+        [&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "linear"}, {"factor", -2.0}}}})); },
+        "rope_scaling.factor");
+    expect_key_error(
+        [&] {
+            (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}, {"finetuned", true}}}}));
+        },
+        "rope_scaling.finetuned");
+    expect_key_error(
+        [&] {
+            (void)posenc::hf::parse_config(with({{"rope_scaling",
+                                                  {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 1.0}, {"beta_slow", 2.0}}}}));
+        },
+        "rope_scaling.beta_fast");
+    expect_key_error(
+        [&] {
+            (void)posenc::hf::parse_config(
+                with({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0}}}}));
+        },
+        "rope_scaling.high_freq_factor");
+    expect_key_error(
+        [&] {
+            (void)posenc::hf::parse_config(with(
+                {{"rope_scaling", {{"type", "longrope"}, {"short_factor", std::vector<double>(3, 1.0)}, {"long_factor", std::vector<double>(64, 1.0)}}}}));
+        },
+        "rope_scaling.short_factor");
+    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_theta", 1.0}})); }, "rope_theta");
+    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_theta", "big"}})); }, "rope_theta");
+    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"partial_rotary_factor", 0.25}, {"head_dim", 100}})); },
+                     "rotary_dim");  // int(100 × 0.25) = 25 is odd
+    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"hidden_size", 4000}, {"num_attention_heads", 48}})); },
+                     "hidden_size");
+    expect_key_error([&] { (void)posenc::hf::parse_config(json{{"model_type", "llama"}}); }, "hidden_size");
+    expect_key_error([&] { (void)posenc::hf::parse_config(json::array()); }, "config");
+    expect_key_error([] { (void)posenc::hf::load_config(data_path("configs/does-not-exist.json")); }, "config");
+    expect_key_error([] { (void)posenc::hf::load_config(data_path("README.md")); }, "config");  // not JSON
+}
