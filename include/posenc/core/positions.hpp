@@ -38,6 +38,13 @@ public:
         return start_ + step_ * static_cast<std::int64_t>(i);
     }
 
+    /// True for ids made by consecutive() (and for at most one id): then position j is front() + j, and a
+    /// consumer may run a straight, vectorizable loop instead of reading ids one by one.
+    [[nodiscard]] bool is_consecutive() const noexcept { return (!p64_ && !p32_ && step_ == 1) || size_ <= 1; }
+
+    /// The first position. Precondition: size() > 0.
+    [[nodiscard]] std::int64_t front() const noexcept { return (*this)[0]; }
+
     /// Smallest and largest position (for range checks); {0, -1} when empty.
     [[nodiscard]] std::pair<std::int64_t, std::int64_t> bounds() const noexcept {
         if (size_ == 0) return {0, -1};
