@@ -4,6 +4,7 @@
 
 #include "posenc/bias/alibi.hpp"
 #include "posenc/bias/no_bias.hpp"
+#include "posenc/bias/t5.hpp"
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
