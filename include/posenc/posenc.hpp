@@ -2,6 +2,7 @@
 // Umbrella header: every public posenc header that needs only xsimd and the standard library.
 // The HF config reader (needs nlohmann-json) is separate: #include <posenc/hf/config.hpp>.
 
+#include "posenc/absolute/sinusoidal.hpp"
 #include "posenc/bias/alibi.hpp"
 #include "posenc/bias/no_bias.hpp"
 #include "posenc/bias/t5.hpp"
