@@ -25,3 +25,4 @@
 #include "posenc/rope/rotary.hpp"
 #include "posenc/rope/table.hpp"
 #include "posenc/rope/yarn.hpp"
+#include "posenc/xpos/xpos.hpp"

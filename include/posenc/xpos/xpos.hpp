@@ -1,0 +1,191 @@
+#pragma once
+// xPos (Sun et al. 2023, "A Length-Extrapolatable Transformer"): rotary plus a per-pair exponential
+// decay. Pair i of a query at position n is rotated by n·θ_i and scaled by ζ_i^((n − c)/scale_base),
+// pair i of a key at position m rotated by m·θ_i and scaled by ζ_i^(−(m − c)/scale_base), with
+//   ζ_i = (2i/d + γ)/(1 + γ),  θ_i = base^(−2i/d),  d = rotary_dim,
+// so that qᵀk carries ζ_i^((n − m)/scale_base) per pair: it depends only on n − m, and decays with
+// distance for n > m (ζ_i < 1).
+//
+//   posenc::xpos_rotary<posenc::half_split> xp({.head_dim = 64}, posenc::xpos{});  // γ 0.4, scale_base 512
+//   xp.apply(q, k, positions);                 // prefill: the same positions for Q and K
+//   xp.apply_queries(q_new, decode_positions); // decode: new queries against cached keys
+//
+// Reference followed: flash-attention's RotaryEmbedding (Dao-AILab/flash-attention,
+// flash_attn/layers/rotary.py: _compute_scale, _update_cos_sin_cache) — ζ from
+// (arange(0, d, 2) + 0.4·d)/(1.4·d), queries get cos·scale and sin·scale, keys cos/scale and
+// sin/scale, either layout (its `interleaved` flag). lucidrains/rotary-embedding-torch
+// (get_scale, rotate_queries_and_keys) computes the same ζ and the same directions.
+//
+// Centering. Both of those subtract seq_len // 2 from the position before the power (torchscale
+// subtracts ⌈len/2⌉): a constant shift c that cancels in qᵀk, there only to keep ζ^(±p/scale_base)
+// inside float range for long sequences. Because they take c from the *current* call's length, keys
+// cached in one call and queries scaled in a later call use different centers, and qᵀk then no longer
+// depends on n − m alone. posenc takes c as an explicit, fixed parameter (`center`, default 0 = the
+// paper's formula): use the same center for every call that shares a KV cache; to reproduce
+// flash-attention's single-pass values for a sequence of length L, set center = L / 2.
+// With center 0, ζ_0^(±p/512) leaves float range at |p| ≈ 36000 (d = 128): a scale that is not a finite,
+// normal float throws range_error before anything is written.
+//
+// Angles and scales are computed in double (angles reduced like RoPE's), each row value
+// cos·scale / sin·scale rounded once to float, and the rotation runs through the same backend as
+// rotary (detail::rotate_job with per-token rows).
+
+#include <cfloat>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "posenc/core/concepts.hpp"
+#include "posenc/core/errors.hpp"
+#include "posenc/core/positions.hpp"
+#include "posenc/core/tensor.hpp"
+#include "posenc/detail/angles.hpp"
+#include "posenc/detail/rotate_job.hpp"
+#include "posenc/detail/rotate_scalar.hpp"
+#include "posenc/rope/frequencies.hpp"
+#include "posenc/rope/layout.hpp"
+
+namespace posenc {
+
+/// xPos parameters (flash-attention: base, scale_base; rotary-embedding-torch: theta, xpos_scale_base).
+struct xpos {
+    static constexpr std::string_view rope_type = "xpos";
+
+    double base = 10000.0;       ///< θ_i = base^(−2i/d)
+    double gamma = 0.4;          ///< ζ_i = (2i/d + γ)/(1 + γ)
+    double scale_base = 512.0;   ///< the decay exponent is position/scale_base
+    std::int64_t center = 0;     ///< c: positions enter the decay as p − c (cancels in qᵀk; keep it fixed)
+
+    void validate() const {
+        detail::require_base(base);
+        detail::require(std::isfinite(gamma) && gamma > 0.0, "gamma", gamma, "must be finite and > 0");
+        detail::require(std::isfinite(scale_base) && scale_base > 0.0, "scale_base", scale_base,
+                        "must be finite and > 0");
+    }
+
+    /// ζ_i for the rotary_dim/2 pairs.
+    [[nodiscard]] std::vector<double> decay(std::size_t rotary_dim) const {
+        validate();
+        detail::require_rotary_dim(rotary_dim);
+        std::vector<double> z(rotary_dim / 2);
+        for (std::size_t i = 0; i < z.size(); ++i)
+            z[i] = (static_cast<double>(2 * i) / static_cast<double>(rotary_dim) + gamma) / (1.0 + gamma);
+        return z;
+    }
+};
+
+/// Which side of qᵀk a vector is on: queries are scaled by ζ^(+(p−c)/scale_base), keys by ζ^(−(p−c)/…).
+enum class xpos_role { query, key };
+
+template <rotary_layout Layout>
+class xpos_rotary {
+public:
+    using layout = Layout;
+
+    xpos_rotary(rope_dims dims, xpos params) : dims_(checked(dims)), params_(params) {
+        params_.validate();
+        inv_freq_ = detail::default_inv_freq(params_.base, dims_.rotary());
+        log_zeta_ = params_.decay(dims_.rotary());
+        for (double& z : log_zeta_) z = std::log(z);
+    }
+
+    [[nodiscard]] const rope_dims& dims() const noexcept { return dims_; }
+    [[nodiscard]] const xpos& params() const noexcept { return params_; }
+    [[nodiscard]] const std::vector<double>& inv_freq() const noexcept { return inv_freq_; }
+
+    /// The decay factor of pair `pair` at position `pos`: ζ^((pos − c)/scale_base) for a query, its
+    /// inverse for a key (double, not range-checked).
+    [[nodiscard]] double scale(std::size_t pair, std::int64_t pos, xpos_role role) const {
+        if (pair >= log_zeta_.size())
+            throw range_error("posenc: xPos pair " + detail::to_text(pair) + " is outside [0, " +
+                              detail::to_text(log_zeta_.size()) + ")");
+        return std::exp(exponent(pos, role) * log_zeta_[pair]);
+    }
+
+    /// Per-token rows [cos·scale | sin·scale] (rotary_dim/2 each), tokens × rotary_dim floats: what
+    /// apply() rotates with. Throws range_error if a scale leaves the normal float range.
+    [[nodiscard]] std::vector<float> rows(const position_ids& pos, xpos_role role) const {
+        const std::size_t n = dims_.pairs();
+        std::vector<float> out(pos.size() * 2 * n);
+        for (std::size_t t = 0; t < pos.size(); ++t) {
+            const std::int64_t p = pos[t];
+            const double e = exponent(p, role);
+            float* c = out.data() + t * 2 * n;
+            float* s = c + n;
+            for (std::size_t i = 0; i < n; ++i) {
+                const double sc = std::exp(e * log_zeta_[i]);
+                if (!(sc >= static_cast<double>(FLT_MIN) && sc <= static_cast<double>(FLT_MAX)))
+                    throw range_error("posenc: xPos scale at position " + detail::to_text(p) + " (center " +
+                                      detail::to_text(params_.center) + ") is " + detail::to_text(sc) +
+                                      ", outside the float range; choose a center near the middle of the positions");
+                const double a = detail::reduce_angle(static_cast<double>(p) * inv_freq_[i]);
+                c[i] = static_cast<float>(sc * std::cos(a));
+                s[i] = static_cast<float>(sc * std::sin(a));
+            }
+        }
+        return out;
+    }
+
+    /// Rotates and scales queries (xpos_role::query) at positions `pos`.
+    void apply_queries(heads_view<float> q, const position_ids& pos) const { run(q, pos, xpos_role::query); }
+
+    /// Rotates and scales keys (xpos_role::key) at positions `pos`.
+    void apply_keys(heads_view<float> k, const position_ids& pos) const { run(k, pos, xpos_role::key); }
+
+    /// Both, at the same positions (prefill). Every check runs before anything is written.
+    void apply(heads_view<float> q, heads_view<float> k, const position_ids& pos) const {
+        require_view(q, "q", pos.size());
+        require_view(k, "k", pos.size());
+        const auto q_rows = q.empty() ? std::vector<float>{} : rows(pos, xpos_role::query);
+        const auto k_rows = k.empty() ? std::vector<float>{} : rows(pos, xpos_role::key);
+        execute(q, pos, q_rows);
+        execute(k, pos, k_rows);
+    }
+
+private:
+    static rope_dims checked(rope_dims d) {
+        d.validate();
+        return d;
+    }
+
+    [[nodiscard]] double exponent(std::int64_t pos, xpos_role role) const noexcept {
+        const double e = static_cast<double>(pos - params_.center) / params_.scale_base;
+        return role == xpos_role::query ? e : -e;
+    }
+
+    void require_view(const heads_view<float>& v, std::string_view name, std::size_t tokens) const {
+        if (v.empty()) return;
+        detail::require(v.head_dim() == dims_.head_dim, std::string(name) + ".head_dim", v.head_dim(),
+                        "must equal the xPos head_dim = " + detail::to_text(dims_.head_dim));
+        detail::require(v.tokens() == tokens, std::string(name) + ".tokens", v.tokens(),
+                        "must equal the number of positions = " + detail::to_text(tokens));
+    }
+
+    void run(heads_view<float> x, const position_ids& pos, xpos_role role) const {
+        require_view(x, role == xpos_role::query ? "q" : "k", pos.size());
+        if (x.empty()) return;
+        execute(x, pos, rows(pos, role));
+    }
+
+    void execute(heads_view<float> x, const position_ids& pos, const std::vector<float>& rows) const {
+        if (x.empty()) return;
+        detail::rotate_job job;
+        job.views = {x, {}};
+        job.positions = pos;
+        job.rotary_dim = dims_.rotary();
+        job.rows = rows.data();
+        detail::run_scalar<Layout>(job);
+    }
+
+    rope_dims dims_;
+    xpos params_;
+    std::vector<double> inv_freq_;
+    std::vector<double> log_zeta_;
+};
+
+static_assert(qk_transform<xpos_rotary<half_split>>);
+static_assert(qk_transform<xpos_rotary<interleaved>>);
+
+}  // namespace posenc
