@@ -10,6 +10,7 @@
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
+#include "posenc/logit/nope.hpp"
 #include "posenc/rope/any_rotary.hpp"
 #include "posenc/rope/any_schedule.hpp"
 #include "posenc/rope/convert.hpp"
