@@ -5,3 +5,5 @@ find_package(xsimd REQUIRED)
 include("${CMAKE_CURRENT_LIST_DIR}/posencXsimdFix.cmake")
 
 find_package(nlohmann_json 3 QUIET)
+
+find_package(Threads REQUIRED)   # multi-threaded calls without OpenMP use std::thread

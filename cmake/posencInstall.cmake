@@ -21,6 +21,7 @@ install(FILES
   "${PROJECT_BINARY_DIR}/posencConfig.cmake"
   "${PROJECT_BINARY_DIR}/posencConfigVersion.cmake"
   "${PROJECT_SOURCE_DIR}/cmake/posencXsimdFix.cmake"
+  "${PROJECT_SOURCE_DIR}/cmake/posencSimd.cmake"
   DESTINATION "${POSENC_CMAKE_DIR}")
 
 configure_file("${PROJECT_SOURCE_DIR}/cmake/posenc.pc.in" "${PROJECT_BINARY_DIR}/posenc.pc" @ONLY)

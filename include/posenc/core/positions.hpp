@@ -45,6 +45,13 @@ public:
     /// The first position. Precondition: size() > 0.
     [[nodiscard]] std::int64_t front() const noexcept { return (*this)[0]; }
 
+    /// The storage, for kernels that read positions without calling into this class: exactly one of
+    /// int64_data / int32_data is non-null, or both are null and position i is start + step·i.
+    [[nodiscard]] const std::int64_t* int64_data() const noexcept { return p64_; }
+    [[nodiscard]] const std::int32_t* int32_data() const noexcept { return p32_; }
+    [[nodiscard]] std::int64_t start() const noexcept { return start_; }
+    [[nodiscard]] std::int64_t step() const noexcept { return step_; }
+
     /// Smallest and largest position (for range checks); {0, -1} when empty.
     [[nodiscard]] std::pair<std::int64_t, std::int64_t> bounds() const noexcept {
         if (size_ == 0) return {0, -1};

@@ -15,6 +15,9 @@ inline constexpr double two_pi_lo = 2.4492935982947064e-16;
 inline constexpr double inv_two_pi = 0.15915494309189535;
 
 /// `angle` minus the nearest multiple of 2π, accurate to ~1e-16·|angle|/2π + 1 ulp.
+/// A template so that each SIMD kernel translation unit gets its own instantiation (Tag = its arch)
+/// and never shares a machine-code copy with baseline code (shared/notes/xsimd.md, COMDAT trap).
+template <class Tag = void>
 inline double reduce_angle(double angle) noexcept {
     const double n = std::nearbyint(angle * inv_two_pi);
     return std::fma(-n, two_pi_lo, std::fma(-n, two_pi_hi, angle));
@@ -26,7 +29,7 @@ inline void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t 
                         float* cos_out, float* sin_out) noexcept {
     const double p = static_cast<double>(position);
     for (std::size_t i = 0; i < pairs; ++i) {
-        const double r = reduce_angle(p * inv_freq[i]);
+        const double r = reduce_angle<>(p * inv_freq[i]);
         cos_out[i] = static_cast<float>(amplitude * std::cos(r));
         sin_out[i] = static_cast<float>(amplitude * std::sin(r));
     }

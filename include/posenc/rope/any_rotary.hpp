@@ -39,8 +39,11 @@ public:
         std::visit([&](const auto& r) { r.apply(std::forward<Args>(args)...); }, impl_);
     }
     template <class... Args>
-    void apply_unchecked(Args&&... args) const noexcept {
+    void apply_unchecked(Args&&... args) const {
         std::visit([&](const auto& r) { r.apply_unchecked(std::forward<Args>(args)...); }, impl_);
+    }
+    void set_threads(unsigned n) noexcept {
+        std::visit([&](auto& r) { r.set_threads(n); }, impl_);
     }
     void shift(heads_view<float> x, std::int64_t delta) const {
         std::visit([&](const auto& r) { r.shift(x, delta); }, impl_);

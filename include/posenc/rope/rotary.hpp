@@ -18,7 +18,7 @@
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
-#include "posenc/detail/rotate_scalar.hpp"
+#include "posenc/detail/simd_bridge.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
 #include "posenc/rope/table.hpp"
@@ -49,6 +49,11 @@ public:
     [[nodiscard]] const rope_dims& dims() const noexcept { return dims_; }
     [[nodiscard]] const rope_frequencies& frequencies() const noexcept { return freq_; }
 
+    /// Up to `n` threads for large calls (tokens split across threads; calls under ~64K floats per
+    /// thread stay single-threaded). Default 1. OpenMP when the program is built with it.
+    void set_threads(unsigned n) noexcept { threads_ = n ? n : 1; }
+    [[nodiscard]] unsigned threads() const noexcept { return threads_; }
+
     /// cos/sin for positions 0..positions-1.
     [[nodiscard]] cos_sin_table table(std::int64_t positions) const { return cos_sin_table(freq_, positions); }
 
@@ -76,7 +81,7 @@ public:
     /// dims().head_dim and pos.size(), every position is inside the table, the table was built by this
     /// rotary's frequencies.
     void apply_unchecked(const cos_sin_table& table, heads_view<float> q, heads_view<float> k, position_ids pos,
-                         rotation dir = rotation::forward) const noexcept {
+                         rotation dir = rotation::forward) const {
         assert(table.inv_freq() == freq_.inv_freq);
         assert(pos.size() == 0 || (table.contains(pos.bounds().first) && table.contains(pos.bounds().second)));
         assert(view_matches(q, pos) && view_matches(k, pos));
@@ -134,10 +139,11 @@ private:
         return job;
     }
 
-    static void execute(const detail::rotate_job& job) { detail::run_scalar<Layout>(job); }
+    void execute(const detail::rotate_job& job) const { detail::run<Layout>(job, threads_); }
 
     rope_dims dims_;
     rope_frequencies freq_;
+    unsigned threads_ = 1;
 };
 
 }  // namespace posenc

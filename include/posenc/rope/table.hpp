@@ -1,7 +1,7 @@
 #pragma once
 // cos_sin_table: cos/sin for positions 0..positions()-1 and every rotary pair, float, amplitude
 // included. Row p holds pairs() cosines followed by pairs() sines. Angles are formed and reduced in
-// double; only the stored values are float.
+// double, cos/sin evaluated in double (vectorized), and only the stored values are float.
 
 #include <cstdint>
 #include <span>
@@ -11,6 +11,7 @@
 #include "posenc/core/positions.hpp"
 #include "posenc/detail/angles.hpp"
 #include "posenc/rope/frequencies.hpp"
+#include "posenc/simd/dispatch.hpp"
 
 namespace posenc {
 
@@ -22,10 +23,20 @@ public:
         detail::require(!inv_freq_.empty(), "inv_freq", "empty", "a table needs at least one pair");
         const std::size_t n = pairs();
         data_.resize(static_cast<std::size_t>(positions) * 2 * n);
-        for (std::int64_t p = 0; p < positions; ++p) {
-            float* r = data_.data() + static_cast<std::size_t>(p) * 2 * n;
-            detail::cos_sin_row(inv_freq_.data(), n, p, amplitude_, r, r + n);
+        if (2 * n > simd::max_rotary_dim) {
+            for (std::int64_t p = 0; p < positions; ++p) {
+                float* r = data_.data() + static_cast<std::size_t>(p) * 2 * n;
+                detail::cos_sin_row(inv_freq_.data(), n, p, amplitude_, r, r + n);
+            }
+            return;
         }
+        simd::table_args args;
+        args.inv_freq = inv_freq_.data();
+        args.pairs = n;
+        args.positions = static_cast<std::size_t>(positions);
+        args.amplitude = amplitude_;
+        args.out = data_.data();
+        simd::build_table(args);
     }
 
     [[nodiscard]] std::int64_t positions() const noexcept { return positions_; }
@@ -46,6 +57,9 @@ public:
 
     [[nodiscard]] std::span<const float> cos(std::int64_t p) const { return {checked_row(p), pairs()}; }
     [[nodiscard]] std::span<const float> sin(std::int64_t p) const { return {checked_row(p) + pairs(), pairs()}; }
+
+    /// All rows, row p at data() + p·2·pairs().
+    [[nodiscard]] const float* data() const noexcept { return data_.data(); }
 
     /// Unchecked: precondition contains(p).
     [[nodiscard]] const float* row(std::int64_t p) const noexcept {

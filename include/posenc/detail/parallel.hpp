@@ -1,0 +1,37 @@
+#pragma once
+// Splitting a call's tokens across threads: OpenMP when the program is built with it, otherwise
+// std::thread. Nothing global: threads live for one call. Calls too small to pay for a thread
+// (about 1-2 µs of synchronisation between the two CCDs of this machine) stay on the caller's thread.
+
+#include <algorithm>
+#include <cstddef>
+#include <thread>
+#include <vector>
+
+namespace posenc::detail {
+
+/// Below this many floats per thread, an extra thread costs more than it saves.
+inline constexpr std::size_t min_floats_per_thread = std::size_t{1} << 16;
+
+[[nodiscard]] inline unsigned useful_threads(unsigned requested, std::size_t tokens, std::size_t floats) noexcept {
+    const std::size_t by_size = std::max<std::size_t>(1, floats / min_floats_per_thread);
+    return static_cast<unsigned>(std::max<std::size_t>(1, std::min({std::size_t{requested}, tokens, by_size})));
+}
+
+/// Calls f(begin, end) on `threads` contiguous, near-equal slices of [0, n), one per thread.
+template <class F>
+void parallel_slices(unsigned threads, std::size_t n, const F& f) {
+    auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads); };
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int k = 0; k < static_cast<int>(threads); ++k) slice(static_cast<unsigned>(k));
+#else
+    std::vector<std::thread> pool;
+    pool.reserve(threads - 1);
+    for (unsigned k = 1; k < threads; ++k) pool.emplace_back(slice, k);
+    slice(0);
+    for (auto& t : pool) t.join();
+#endif
+}
+
+}  // namespace posenc::detail

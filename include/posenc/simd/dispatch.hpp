@@ -1,0 +1,56 @@
+#pragma once
+// Choosing the SIMD kernels.
+//
+// Without run-time dispatch (the default), the kernels are compiled for whatever the including
+// translation unit targets: xsimd::default_arch, i.e. SSE2 for plain x86-64 and AVX-512 under
+// -march=native on an AVX-512 machine.
+//
+// With run-time dispatch, a binary built for baseline x86-64 uses AVX-512 / AVX2+FMA / SSE4.2 / SSE2
+// according to the CPU it runs on. Each architecture's kernels are compiled in their own translation
+// unit with that architecture's flags; CMake's posenc_add_simd_dispatch(<target>) adds those units
+// to a target and defines POSENC_SIMD_DISPATCH for it (see cmake/posencSimd.cmake). Without CMake:
+// compile simd/instantiate.hpp once per architecture as that file explains, and define
+// POSENC_SIMD_DISPATCH=1 for every translation unit of the program.
+
+#include <xsimd/xsimd.hpp>
+
+#include "posenc/simd/functors.hpp"
+#include "posenc/simd/rotate_args.hpp"
+#include "posenc/simd/xsimd_compat.hpp"
+
+#if defined(POSENC_SIMD_DISPATCH) && (defined(__x86_64__) || defined(_M_X64))
+#define POSENC_SIMD_RUNTIME_DISPATCH 1
+#else
+#include "posenc/simd/kernels.hpp"
+#endif
+
+namespace posenc::simd {
+
+#ifdef POSENC_SIMD_RUNTIME_DISPATCH
+/// Best first, as xsimd::dispatch requires.
+using dispatch_archs = xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
+
+#define POSENC_SIMD_DECLARE(ARCH)                                                                  \
+    extern template void rotate_functor::operator()<ARCH>(ARCH, const rotate_args&) const noexcept; \
+    extern template void table_functor::operator()<ARCH>(ARCH, const table_args&) const noexcept;
+POSENC_SIMD_DECLARE(xsimd::avx512bw)
+POSENC_SIMD_DECLARE(xsimd::fma3<xsimd::avx2>)
+POSENC_SIMD_DECLARE(xsimd::sse4_2)
+POSENC_SIMD_DECLARE(xsimd::sse2)
+#undef POSENC_SIMD_DECLARE
+
+inline void rotate(const rotate_args& args) noexcept { xsimd::dispatch<dispatch_archs>(rotate_functor{})(args); }
+inline void build_table(const table_args& args) noexcept { xsimd::dispatch<dispatch_archs>(table_functor{})(args); }
+#else
+using dispatch_archs = xsimd::arch_list<xsimd::default_arch>;
+
+inline void rotate(const rotate_args& args) noexcept { rotate_functor{}(xsimd::default_arch{}, args); }
+inline void build_table(const table_args& args) noexcept { table_functor{}(xsimd::default_arch{}, args); }
+#endif
+
+/// Name of the architecture the dispatcher picks on this CPU (for benchmark reports).
+inline const char* active_arch_name() noexcept {
+    return xsimd::dispatch<dispatch_archs>([](auto arch) { return decltype(arch)::name(); })();
+}
+
+}  // namespace posenc::simd

@@ -1,0 +1,179 @@
+// The SIMD kernels, forced on every architecture this CPU has, against the scalar reference
+// (every product in double, one rounding) for each layout × stride × rotary_dim × row source, and
+// across thread counts.
+#include <posenc/posenc.hpp>
+
+#include <cfloat>
+#include <cstdio>
+#include <cstdlib>
+#include <tuple>
+
+#include "support/catch.hpp"
+#include "support/reference.hpp"
+
+using posenc_test::random_floats;
+
+namespace {
+
+struct shape {
+    std::size_t head_dim, rotary_dim, token_stride, head_stride;  // strides 0 = dense
+};
+
+enum class source { table, on_the_fly, rows };
+
+// Error of `got` against `ref`, in float ulps of the rotated pair's length amplitude·|(x1, x2)|: the
+// natural unit of a rotation (one output lane alone can be tiny through cancellation).
+template <class Layout>
+double worst_ulps(const std::vector<float>& x, const std::vector<float>& got, const std::vector<float>& ref,
+                  std::size_t head_dim, std::size_t rotary_dim, double amplitude) {
+    double worst = 0;
+    for (std::size_t base = 0; base + head_dim <= x.size(); base += head_dim)
+        for (std::size_t i = 0; i < rotary_dim / 2; ++i) {
+            const std::size_t a = base + Layout::first(i, rotary_dim), b = base + Layout::second(i, rotary_dim);
+            const float m = static_cast<float>(std::hypot(double(x[a]), double(x[b])) * amplitude);
+            const double ulp = std::nextafter(m, FLT_MAX) - m;
+            worst = std::max({worst, std::abs(double(got[a]) - ref[a]) / ulp, std::abs(double(got[b]) - ref[b]) / ulp});
+        }
+    return worst;
+}
+
+struct fixture {
+    shape sh;
+    posenc::rope_frequencies freq;
+    std::vector<std::int64_t> pos;
+    posenc::cos_sin_table table;
+    std::vector<float> rows;      // the table's rows for `pos`, as a caller would pass them
+    std::vector<float> original;  // T tokens of H heads
+
+    static constexpr std::size_t T = 7, H = 3;
+
+    explicit fixture(shape s)
+        : sh(s),
+          freq(posenc::yarn{.base = 10000, .factor = 4, .original_max_position = 4096}.frequencies(s.rotary_dim)),
+          pos(s.rotary_dim <= 256 ? std::vector<std::int64_t>{0, 1, 4095, 4096, 65537, 70000, 123}
+                                  : std::vector<std::int64_t>{0, 1, 4095, 4096, 17, 5000, 123}),
+          table(freq, s.rotary_dim <= 256 ? 70001 : 5001) {
+        for (auto p : pos) {
+            const auto c = table.cos(p), si = table.sin(p);
+            rows.insert(rows.end(), c.begin(), c.end());
+            rows.insert(rows.end(), si.begin(), si.end());
+        }
+        original = random_floats(T * token_stride() + H * head_stride(), 77, 2.0f);
+    }
+    std::size_t head_stride() const { return sh.head_stride ? sh.head_stride : sh.head_dim; }
+    std::size_t token_stride() const { return sh.token_stride ? sh.token_stride : H * head_stride(); }
+
+    posenc::detail::rotate_job job(std::vector<float>& buf, source src, bool inverse) const {
+        posenc::detail::rotate_job j;
+        j.views[0] = posenc::heads_view<float>(std::span<float>(buf), {T, H, sh.head_dim}, {token_stride(), head_stride()});
+        j.positions = pos;
+        j.rotary_dim = sh.rotary_dim;
+        j.inverse = inverse;
+        j.table = src == source::table ? &table : nullptr;
+        j.rows = src == source::rows ? rows.data() : nullptr;
+        j.inv_freq = freq.inv_freq.data();
+        j.amplitude = freq.attention_factor;
+        return j;
+    }
+};
+
+template <class Layout, class Arch>
+void check_arch(const fixture& f) {
+    const auto& sh = f.sh;
+    const std::size_t ts = f.token_stride(), hs = f.head_stride();
+    for (source src : {source::table, source::on_the_fly, source::rows})
+        for (bool inverse : {false, true}) {
+            std::vector<float> ref = f.original, got = f.original;
+            posenc::detail::run_scalar<Layout>(f.job(ref, src, inverse));
+            posenc::simd::rotate_functor{}(Arch{}, posenc::detail::to_args<Layout>(f.job(got, src, inverse)));
+
+            INFO(Arch::name() << " " << Layout::name << " head_dim " << sh.head_dim << " rotary " << sh.rotary_dim
+                              << " strides " << ts << "/" << hs << " source " << int(src) << " inverse " << inverse);
+            // Lanes outside the rotary part of each head, and outside the heads, are untouched.
+            std::vector<float> gathered_x, gathered_got, gathered_ref;
+            std::size_t changed_outside = 0;
+            for (std::size_t j = 0; j < f.original.size(); ++j) {
+                const std::size_t in_token = j % ts, t = j / ts;
+                const bool in_head = t < fixture::T && in_token < fixture::H * hs && in_token % hs < sh.head_dim;
+                const bool rotated = in_head && in_token % hs < sh.rotary_dim;
+                if (!rotated && got[j] != f.original[j]) ++changed_outside;
+                if (in_head) {
+                    gathered_x.push_back(f.original[j]);
+                    gathered_got.push_back(got[j]);
+                    gathered_ref.push_back(ref[j]);
+                }
+            }
+            CHECK(changed_outside == 0);
+            const double ulps = worst_ulps<Layout>(gathered_x, gathered_got, gathered_ref, sh.head_dim, sh.rotary_dim,
+                                                   f.freq.attention_factor);
+            // Table and rows: the same cos/sin, so only the arithmetic differs (float FMA vs double):
+            // ≤ 1 ulp. On the fly: plus the float sincos (≤ ~1.5 ulp of cos and sin).
+            CHECK(ulps <= (src == source::on_the_fly ? 4.0 : 2.0));
+            if (std::getenv("POSENC_PRINT_ULPS")) std::printf("%s %s r=%zu src=%d inv=%d ulps=%.3f\n", Arch::name(), Layout::name.data(), sh.rotary_dim, int(src), int(inverse), ulps);
+        }
+}
+
+template <class Arch>
+void check_if_supported(const fixture& f) {
+    if (!posenc::simd::compat::cpu_supports<Arch>()) {
+        WARN("this CPU lacks " << Arch::name() << ": not tested here");
+        return;
+    }
+    check_arch<posenc::half_split, Arch>(f);
+    check_arch<posenc::interleaved, Arch>(f);
+}
+
+template <class... Archs>
+void check_all(xsimd::arch_list<Archs...>, const fixture& f) {
+    (check_if_supported<Archs>(f), ...);
+}
+
+}  // namespace
+
+TEST_CASE("every SIMD architecture equals the scalar reference, all layouts, strides and widths", "[simd]") {
+    const std::vector<shape> shapes{{128, 128, 0, 0}, {64, 64, 0, 0},   {128, 128, 40 * 128, 0}, {96, 24, 0, 0},
+                                    {160, 130, 0, 0}, {64, 64, 0, 192}, {80, 80, 0, 0},          {256, 64, 0, 0},
+                                    {6, 6, 0, 0},     {2, 2, 0, 0},     {48, 46, 0, 0},          {1024, 1024, 0, 0}};
+    for (const auto& sh : shapes) check_all(posenc::simd::dispatch_archs{}, fixture(sh));
+}
+
+TEST_CASE("SIMD tables equal the double-precision scalar rows to 1 ulp", "[simd]") {
+    for (std::size_t rotary : {2u, 24u, 64u, 128u, 130u}) {
+        const auto freq = posenc::default_rope{.base = 500000}.frequencies(rotary);
+        const posenc::cos_sin_table table(freq, 70000);
+        std::vector<float> c(rotary / 2), s(rotary / 2);
+        for (std::int64_t p : {0LL, 1LL, 4095LL, 65536LL, 69999LL}) {
+            posenc::detail::cos_sin_row(freq.inv_freq.data(), rotary / 2, p, 1.0, c.data(), s.data());
+            for (std::size_t i = 0; i < rotary / 2; ++i) {
+                INFO("rotary " << rotary << " p " << p << " pair " << i);
+                CHECK(std::abs(table.cos(p)[i] - c[i]) <= std::nextafter(std::abs(c[i]), 2.0f) - std::abs(c[i]));
+                CHECK(std::abs(table.sin(p)[i] - s[i]) <= std::nextafter(std::abs(s[i]), 2.0f) - std::abs(s[i]));
+            }
+        }
+    }
+}
+
+TEST_CASE("results are identical for 1, 2 and 3 threads", "[simd][threads]") {
+    const std::size_t T = 300, HQ = 16, HK = 4, D = 128;
+    for (bool interleaved : {false, true}) {
+        posenc::any_rotary rope(interleaved ? posenc::rope_layout::interleaved : posenc::rope_layout::half_split,
+                                {.head_dim = D}, posenc::llama3{});
+        const auto table = rope.table(4096);
+        const auto q0 = random_floats(T * HQ * D, 1), k0 = random_floats(T * HK * D, 2);
+        std::vector<std::vector<float>> results;
+        for (unsigned threads : {1u, 2u, 3u}) {
+            rope.set_threads(threads);
+            for (bool use_table : {false, true}) {
+                auto q = q0, k = k0;
+                posenc::heads_view<float> qv(std::span<float>(q), {T, HQ, D}), kv(std::span<float>(k), {T, HK, D});
+                if (use_table)
+                    rope.apply(table, qv, kv, posenc::position_ids::consecutive(3000, T));
+                else
+                    rope.apply(qv, kv, posenc::position_ids::consecutive(3000, T));
+                q.insert(q.end(), k.begin(), k.end());
+                results.push_back(q);
+            }
+        }
+        for (std::size_t i = 2; i < results.size(); ++i) CHECK(results[i] == results[i % 2]);
+    }
+}
