@@ -55,11 +55,10 @@ template <class Layout>
 void run(const rotate_job& job, unsigned threads) {
     if (job.rotary_dim > simd::max_rotary_dim) return run_scalar<Layout>(job);
     const simd::rotate_args args = to_args<Layout>(job);
-    std::size_t floats = 0;
-    for (const auto& v : job.views) floats += v.empty() ? 0 : v.tokens() * v.heads() * job.rotary_dim;
-    const unsigned n = useful_threads(threads, args.tokens, floats);
-    if (n <= 1) return simd::rotate(args);
-    parallel_slices(n, args.tokens, [&](std::size_t b, std::size_t e) { simd::rotate(slice(args, b, e)); });
+    const std::size_t bytes = simd::bytes_moved(args);
+    const unsigned n = useful_threads(threads, args.tokens, bytes / (2 * sizeof(float)));
+    if (n <= 1) return simd::rotate(args, bytes);
+    parallel_slices(n, args.tokens, [&](std::size_t b, std::size_t e) { simd::rotate(slice(args, b, e), bytes); });
 }
 
 }  // namespace posenc::detail

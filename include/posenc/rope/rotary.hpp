@@ -105,18 +105,21 @@ private:
         return v.empty() || (v.head_dim() == dims_.head_dim && v.tokens() == pos.size());
     }
 
+    // Hot path (every apply): build the messages only on failure.
     void require_view(const heads_view<float>& v, std::string_view name, std::size_t tokens) const {
         if (v.empty()) return;
-        detail::require(v.head_dim() == dims_.head_dim, std::string(name) + ".head_dim", v.head_dim(),
-                        "must equal the rotary's head_dim = " + detail::to_text(dims_.head_dim));
-        detail::require(v.tokens() == tokens, std::string(name) + ".tokens", v.tokens(),
-                        "must equal the number of positions = " + detail::to_text(tokens));
+        if (v.head_dim() != dims_.head_dim)
+            throw config_error(std::string(name) + ".head_dim", detail::to_text(v.head_dim()),
+                               "must equal the rotary's head_dim = " + detail::to_text(dims_.head_dim));
+        if (v.tokens() != tokens)
+            throw config_error(std::string(name) + ".tokens", detail::to_text(v.tokens()),
+                               "must equal the number of positions = " + detail::to_text(tokens));
     }
 
     void check_table(const cos_sin_table& table) const {
-        detail::require(table.inv_freq() == freq_.inv_freq && table.amplitude() == freq_.attention_factor, "table",
-                        "of " + detail::to_text(table.pairs()) + " pairs",
-                        "was built from other frequencies than this rotary's");
+        if (table.inv_freq() != freq_.inv_freq || table.amplitude() != freq_.attention_factor)
+            throw config_error("table", "of " + detail::to_text(table.pairs()) + " pairs",
+                               "was built from other frequencies than this rotary's");
     }
 
     detail::rotate_job make_job(heads_view<float> q, heads_view<float> k, const position_ids& pos, rotation dir,
