@@ -148,7 +148,7 @@ TEST_CASE("ALiBi bias is -m(i-j) causal and -m|i-j| symmetric, added in double",
     }
 }
 
-TEST_CASE("ALiBi decode rows equal prefill rows; any cached key positions", "[alibi][decode]") {
+TEST_CASE("ALiBi decode rows equal prefill rows, any cached key positions", "[alibi][decode]") {
     const std::size_t heads = 40;
     const std::int64_t T = 300;
     for (auto form : {posenc::alibi_form::causal, posenc::alibi_form::symmetric}) {

@@ -1,6 +1,6 @@
 // HF config.json → RoPE. Expected values come from the golden HF data (same configs) or from closed
 // forms; the configs under tests/data/configs are written in the shape HF writes them.
-#include <posenc/hf/config.hpp>
+#include <posenc/hf/encoding.hpp>
 
 #include <fstream>
 
@@ -238,4 +238,29 @@ TEST_CASE("bad configs name the offending key", "[hf][errors]") {
     expect_key_error([&] { (void)posenc::hf::parse_config(json::array()); }, "config");
     expect_key_error([] { (void)posenc::hf::load_config(data_path("configs/does-not-exist.json")); }, "config");
     expect_key_error([] { (void)posenc::hf::load_config(data_path("README.md")); }, "config");  // not JSON
+}
+
+TEST_CASE("ALiBi and T5 models: read as their encoding, rejected as RoPE", "[hf]") {
+    const auto bloom = std::get<posenc::hf::alibi_model>(posenc::hf::load_position_encoding(data_path("configs/bloom-560m.json")));
+    CHECK(bloom.params.heads == 16);
+    CHECK(bloom.params.order == posenc::bias_order::scale_then_add);
+    const auto mpt = std::get<posenc::hf::alibi_model>(posenc::hf::load_position_encoding(data_path("configs/mpt-7b.json")));
+    CHECK(mpt.params.heads == 32);
+    CHECK(mpt.params.max_bias == 8.0);
+    const auto falcon = std::get<posenc::hf::alibi_model>(posenc::hf::load_position_encoding(data_path("configs/falcon-rw-1b.json")));
+    CHECK(falcon.params.order == posenc::bias_order::add_then_scale);
+    const auto t5 = std::get<posenc::hf::t5_model>(posenc::hf::load_position_encoding(data_path("configs/t5-small.json")));
+    CHECK(t5.heads == 8);
+    CHECK(t5.encoder.bidirectional);
+    CHECK_FALSE(t5.decoder.bidirectional);
+    CHECK(t5.encoder.num_buckets == 32);
+    CHECK(t5.encoder.max_distance == 128);
+    // RoPE configs come back as model_config.
+    CHECK(std::holds_alternative<posenc::hf::model_config>(posenc::hf::load_position_encoding(data_path("configs/llama-3.1-8b.json"))));
+    expect_key_error([] { (void)load("bloom-560m.json"); }, "model_type");
+    expect_key_error([] { (void)load("t5-small.json"); }, "model_type");
+    json mpt_learned{{"model_type", "mpt"}, {"n_heads", 32}, {"attn_config", {{"alibi", false}}}};
+    expect_key_error([&] { (void)posenc::hf::parse_position_encoding(mpt_learned); }, "attn_config.alibi");
+    json t5_odd{{"model_type", "t5"}, {"relative_attention_num_buckets", 31}};
+    expect_key_error([&] { (void)posenc::hf::parse_position_encoding(t5_odd); }, "relative_attention_num_buckets");
 }

@@ -33,7 +33,7 @@ std::string config(const std::string& name) { return posenc_test::data_path("con
 
 }  // namespace
 
-TEST_CASE("posenc-inspect --json: Llama 3.1 equals HF's llama3 table; cos/sin at the given positions", "[inspect]") {
+TEST_CASE("posenc-inspect --json: Llama 3.1 equals HF's llama3 table, cos/sin at the given positions", "[inspect]") {
     const auto r = inspect(config("llama-3.1-8b.json") + " --json --positions 0,1,8191,131071");
     REQUIRE(r.status == 0);
     const auto j = json::parse(r.out);  // exactly one JSON object
@@ -82,11 +82,75 @@ TEST_CASE("posenc-inspect human-readable output names the regime of each pair", 
     CHECK(r.out.find("1.1386294361119891") != std::string::npos);  // 0.1 ln 4 + 1
 }
 
+TEST_CASE("posenc-inspect --alibi, --t5, --sinusoidal --json equal the reference implementations", "[inspect][golden]") {
+    for (const auto& e : posenc_test::golden().at("alibi_slopes")) {
+        const int n = e.at("n_heads");
+        if (n != 12 && n != 7 && n != 128) continue;
+        const auto j = json::parse(inspect("--alibi " + std::to_string(n) + " --json").out);
+        CHECK(j.at("encoding") == "alibi");
+        CHECK(j.at("n_heads") == n);
+        CHECK(posenc_test::max_rel_diff(j.at("slopes").get<std::vector<double>>(),
+                                        e.at("slopes_f64").get<std::vector<double>>()) <= 1e-15);
+    }
+    for (const auto& e : posenc_test::golden().at("t5_relative_buckets")) {
+        const bool bi = e.at("bidirectional");
+        const std::string args = "--t5 --num-buckets " + std::to_string(e.at("num_buckets").get<int>()) +
+                                 " --max-distance " + std::to_string(e.at("max_distance").get<int>()) +
+                                 (bi ? " --bidirectional" : " --unidirectional") + " --relative-range " +
+                                 std::to_string(e.at("relative_position_first").get<int>()) + ":" +
+                                 std::to_string(e.at("relative_position_last").get<int>()) + " --json";
+        const auto j = json::parse(inspect(args).out);
+        CHECK(j.at("encoding") == "t5");
+        CHECK(j.at("bidirectional") == bi);
+        CHECK(j.at("relative_positions").front() == e.at("relative_position_first"));
+        CHECK(j.at("buckets") == e.at("buckets_hf"));
+    }
+    for (const auto& e : posenc_test::golden().at("sinusoidal_absolute")) {
+        const bool inter = e.at("variant") == "vaswani_interleaved";
+        std::string pos;
+        for (const auto& p : e.at("positions")) pos += (pos.empty() ? "" : ",") + std::to_string(p.get<int>());
+        const auto j = json::parse(inspect("--sinusoidal " + std::to_string(e.at("d_model").get<int>()) + " --variant " +
+                                           (inter ? "interleaved" : "concat") + " --positions " + pos + " --json")
+                                       .out);
+        CHECK(j.at("encoding") == "sinusoidal");
+        CHECK(j.at("variant") == (inter ? "interleaved" : "concat"));
+        const auto& expected = e.at("table_f64");
+        double worst = 0;
+        for (std::size_t k = 0; k < expected.size(); ++k)
+            for (std::size_t i = 0; i < expected[k].size(); ++i)
+                worst = std::max(worst, std::abs(j.at("table")[k][i].get<double>() - expected[k][i].get<double>()));
+        CHECK(worst <= 1e-6);
+    }
+}
+
+TEST_CASE("posenc-inspect on BLOOM, MPT, Falcon-ALiBi and T5 configs", "[inspect]") {
+    auto slopes_of = [](int n) {
+        for (const auto& e : posenc_test::golden().at("alibi_slopes"))
+            if (e.at("n_heads") == n) return e.at("slopes_f64").get<std::vector<double>>();
+        throw std::runtime_error("no golden slopes");
+    };
+    const auto bloom = json::parse(inspect(config("bloom-560m.json") + " --json").out);
+    CHECK(bloom.at("n_heads") == 16);
+    CHECK(posenc_test::max_rel_diff(bloom.at("slopes").get<std::vector<double>>(), slopes_of(16)) <= 1e-15);
+    const auto mpt = json::parse(inspect(config("mpt-7b.json") + " --json").out);
+    CHECK(posenc_test::max_rel_diff(mpt.at("slopes").get<std::vector<double>>(), slopes_of(32)) <= 1e-15);
+    CHECK(inspect(config("falcon-rw-1b.json")).out.find("add_then_scale") != std::string::npos);
+
+    const auto t5 = json::parse(inspect(config("t5-small.json") + " --relative-range -300:300 --json").out);
+    CHECK(t5.at("buckets") == posenc_test::golden_entry("t5_relative_buckets", "t5_bi1_nb32_md128").at("buckets_hf"));
+    const auto dec = json::parse(inspect(config("t5-small.json") + " --unidirectional --relative-range -300:300 --json").out);
+    CHECK(dec.at("buckets") == posenc_test::golden_entry("t5_relative_buckets", "t5_bi0_nb32_md128").at("buckets_hf"));
+    CHECK(inspect(config("t5-small.json")).out.find("table shape       [32, 8]") != std::string::npos);
+}
+
 TEST_CASE("posenc-inspect rejects bad input with a non-zero exit and one line on stderr", "[inspect]") {
     const std::string err = "posenc_inspect_stderr.txt";
     for (const std::string& args : {std::string("does-not-exist.json"), config("llama-3.1-8b.json") + " --seq-len x",
                                     config("llama-3.1-8b.json") + " --layout neox", std::string(""),
-                                    config("llama-3.1-8b.json") + " --bogus",
+                                    config("llama-3.1-8b.json") + " --bogus", std::string("--alibi 0"),
+                                    std::string("--t5 --num-buckets 31 --max-distance 128 --bidirectional"),
+                                    std::string("--t5 --num-buckets 32"), std::string("--sinusoidal 0 --variant concat --positions 1"),
+                                    std::string("--sinusoidal 8 --variant sine --positions 1"), std::string("--alibi 8 --t5"),
                                     posenc_test::data_path("README.md")}) {
         INFO(args);
         const auto r = inspect(args, err);

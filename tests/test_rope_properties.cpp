@@ -181,7 +181,7 @@ TEST_CASE("longrope boundary: short factors at L0-1 and L0, long at L0+1", "[rop
     CHECK(std::abs(l.amplitude() - std::sqrt(1 + std::log(32.0) / std::log(4096.0))) <= 1e-15);
 }
 
-TEST_CASE("inverse rotation undoes the forward one; shift re-rotates cached keys", "[rope][property]") {
+TEST_CASE("inverse rotation undoes the forward one, shift re-rotates cached keys", "[rope][property]") {
     const posenc::rotary<posenc::interleaved> rope({.head_dim = 64}, posenc::yarn{.factor = 4, .original_max_position = 4096});
     const auto x = random_floats(3 * 2 * 64, 11);
     std::vector<float> y = x;
@@ -200,7 +200,7 @@ TEST_CASE("inverse rotation undoes the forward one; shift re-rotates cached keys
     for (std::size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) <= 2e-6f);
 }
 
-TEST_CASE("table and on-the-fly paths agree; tables hold the rounded double cos/sin", "[rope][property]") {
+TEST_CASE("table and on-the-fly paths agree, tables hold the rounded double cos/sin", "[rope][property]") {
     const posenc::rotary<posenc::half_split> rope({.head_dim = 128}, posenc::llama3{});
     const auto table = rope.table(9000);
     const auto x = random_floats(4 * 8 * 128, 5);

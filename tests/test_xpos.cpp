@@ -152,7 +152,7 @@ TEST_CASE("xPos q.k depends only on n - m, whatever the center", "[xpos][propert
     relative_only<posenc::interleaved>();
 }
 
-TEST_CASE("xPos apply(q, k) equals apply_queries + apply_keys; rows are [cos*scale | sin*scale]", "[xpos]") {
+TEST_CASE("xPos apply(q, k) equals apply_queries + apply_keys, rows are [cos*scale | sin*scale]", "[xpos]") {
     const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = 32}, posenc::xpos{.gamma = 0.5, .scale_base = 256});
     const auto q0 = posenc_test::random_floats(5 * 2 * 32, 1u), k0 = posenc_test::random_floats(5 * 2 * 32, 2u);
     auto q1 = q0, k1 = k0, q2 = q0, k2 = k0;

@@ -325,6 +325,11 @@ inline bool is_per_layer_type(const json& dict) {
     const reader top(text, &text == &config ? "" : "text_config");
     model_config out;
     out.model_type = top.string("model_type", reader(config, "").string("model_type", ""));
+    const bool falcon_alibi = out.model_type == "falcon" && top.boolean("alibi", false);
+    if (out.model_type == "bloom" || out.model_type == "mpt" || out.model_type == "t5" || out.model_type == "mt5" ||
+        out.model_type == "umt5" || falcon_alibi)
+        throw config_error("model_type", out.model_type,
+                           "uses no RoPE (ALiBi or T5 buckets): read it with posenc/hf/encoding.hpp");
     const auto fam = detail::family_of(out.model_type, top);
 
     detail::rope_context ctx;
@@ -385,17 +390,21 @@ inline bool is_per_layer_type(const json& dict) {
     return out;
 }
 
-/// Reads a config.json file. Unreadable or malformed JSON throws config_error naming the file.
-[[nodiscard]] inline model_config load_config(const std::filesystem::path& path) {
+namespace detail {
+inline nlohmann::json read_json(const std::filesystem::path& path) {
     std::ifstream in(path);
     if (!in) throw config_error("config", path.string(), "cannot be opened");
-    nlohmann::json j;
     try {
-        j = nlohmann::json::parse(in);
+        return nlohmann::json::parse(in);
     } catch (const nlohmann::json::parse_error& e) {
         throw config_error("config", path.string(), std::string("is not valid JSON: ") + e.what());
     }
-    return parse_config(j);
+}
+}  // namespace detail
+
+/// Reads a config.json file. Unreadable or malformed JSON throws config_error naming the file.
+[[nodiscard]] inline model_config load_config(const std::filesystem::path& path) {
+    return parse_config(detail::read_json(path));
 }
 
 }  // namespace posenc::hf

@@ -42,7 +42,7 @@
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
 #include "posenc/detail/angles.hpp"
-#include "posenc/detail/rotate_job.hpp"
+#include "posenc/detail/simd_bridge.hpp"
 #include "posenc/detail/rotate_scalar.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
@@ -176,7 +176,7 @@ private:
         job.positions = pos;
         job.rotary_dim = dims_.rotary();
         job.rows = rows.data();
-        detail::run_scalar<Layout>(job);
+        detail::run<Layout>(job, 1);  // SIMD kernels; the rows carry the decay
     }
 
     rope_dims dims_;
