@@ -8,21 +8,14 @@
 #include <random>
 
 #include "support/catch.hpp"
+#include "support/errors.hpp"
 #include "support/golden.hpp"
 #include "support/reference.hpp"
 
+using posenc_test::expect_config_error;
+
 namespace {
 
-template <class F>
-void expect_config_error(F&& f, const std::string& key, const std::string& value_text) {
-    try {
-        f();
-        FAIL("no exception; expected config_error for " << key);
-    } catch (const posenc::config_error& e) {
-        CHECK(e.key() == key);
-        CHECK(std::string(e.what()).find(value_text) != std::string::npos);
-    }
-}
 
 // The row a query at `query_pos` gets against `keys`, starting from `init`.
 std::vector<float> bias_row(const posenc::alibi_bias& b, std::size_t head, std::int64_t query_pos,

@@ -2,24 +2,11 @@
 #include <posenc/posenc.hpp>
 
 #include "support/catch.hpp"
+#include "support/errors.hpp"
 #include "support/reference.hpp"
 
-namespace {
+using posenc_test::expect_config_error;
 
-// Runs f, requires a posenc::config_error whose key is `key` and whose message names the value.
-template <class F>
-void expect_config_error(F&& f, const std::string& key, const std::string& value_text) {
-    try {
-        f();
-        FAIL("no exception; expected config_error for " << key);
-    } catch (const posenc::config_error& e) {
-        CHECK(e.key() == key);
-        CHECK(std::string(e.what()).find(key) != std::string::npos);
-        CHECK(std::string(e.what()).find(value_text) != std::string::npos);
-    }
-}
-
-}  // namespace
 
 TEST_CASE("invalid schedule parameters name the key and the value", "[errors]") {
     expect_config_error([] { (void)posenc::linear{.factor = 0}.frequencies(64); }, "factor", "0");

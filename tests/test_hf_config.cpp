@@ -5,10 +5,12 @@
 #include <fstream>
 
 #include "support/catch.hpp"
+#include "support/errors.hpp"
 #include "support/golden.hpp"
 #include "support/reference.hpp"
 
 using nlohmann::json;
+using posenc_test::expect_config_error;
 using posenc_test::data_path;
 using posenc_test::golden_entry;
 
@@ -50,15 +52,6 @@ json config_from_golden(const json& e, bool v5) {
     return cfg;
 }
 
-template <class F>
-void expect_key_error(F&& f, const std::string& key) {
-    try {
-        f();
-        FAIL("no exception; expected config_error for " << key);
-    } catch (const posenc::config_error& e) {
-        CHECK(e.key() == key);
-    }
-}
 
 }  // namespace
 
@@ -194,50 +187,50 @@ TEST_CASE("bad configs name the offending key", "[hf][errors]") {
         c.merge_patch(patch);
         return c;
     };
-    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "mrope"}}}})); },
+    expect_config_error([&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "mrope"}}}})); },
                      "rope_scaling.rope_type");
-    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"type", "su"}}}})); }, "rope_scaling.type");
-    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "linear"}}}})); },
+    expect_config_error([&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"type", "su"}}}})); }, "rope_scaling.type");
+    expect_config_error([&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "linear"}}}})); },
                      "rope_scaling.factor");
-    expect_key_error(
+    expect_config_error(
         [&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "linear"}, {"factor", "2"}}}})); },
         "rope_scaling.factor");
-    expect_key_error(
+    expect_config_error(
         [&] { (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "linear"}, {"factor", -2.0}}}})); },
         "rope_scaling.factor");
-    expect_key_error(
+    expect_config_error(
         [&] {
             (void)posenc::hf::parse_config(with({{"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}, {"finetuned", true}}}}));
         },
         "rope_scaling.finetuned");
-    expect_key_error(
+    expect_config_error(
         [&] {
             (void)posenc::hf::parse_config(with({{"rope_scaling",
                                                   {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 1.0}, {"beta_slow", 2.0}}}}));
         },
         "rope_scaling.beta_fast");
-    expect_key_error(
+    expect_config_error(
         [&] {
             (void)posenc::hf::parse_config(
                 with({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0}, {"high_freq_factor", 1.0}}}}));
         },
         "rope_scaling.high_freq_factor");
-    expect_key_error(
+    expect_config_error(
         [&] {
             (void)posenc::hf::parse_config(with(
                 {{"rope_scaling", {{"type", "longrope"}, {"short_factor", std::vector<double>(3, 1.0)}, {"long_factor", std::vector<double>(64, 1.0)}}}}));
         },
         "rope_scaling.short_factor");
-    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_theta", 1.0}})); }, "rope_theta");
-    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"rope_theta", "big"}})); }, "rope_theta");
-    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"partial_rotary_factor", 0.25}, {"head_dim", 100}})); },
+    expect_config_error([&] { (void)posenc::hf::parse_config(with({{"rope_theta", 1.0}})); }, "rope_theta");
+    expect_config_error([&] { (void)posenc::hf::parse_config(with({{"rope_theta", "big"}})); }, "rope_theta");
+    expect_config_error([&] { (void)posenc::hf::parse_config(with({{"partial_rotary_factor", 0.25}, {"head_dim", 100}})); },
                      "rotary_dim");  // int(100 × 0.25) = 25 is odd
-    expect_key_error([&] { (void)posenc::hf::parse_config(with({{"hidden_size", 4000}, {"num_attention_heads", 48}})); },
+    expect_config_error([&] { (void)posenc::hf::parse_config(with({{"hidden_size", 4000}, {"num_attention_heads", 48}})); },
                      "hidden_size");
-    expect_key_error([&] { (void)posenc::hf::parse_config(json{{"model_type", "llama"}}); }, "hidden_size");
-    expect_key_error([&] { (void)posenc::hf::parse_config(json::array()); }, "config");
-    expect_key_error([] { (void)posenc::hf::load_config(data_path("configs/does-not-exist.json")); }, "config");
-    expect_key_error([] { (void)posenc::hf::load_config(data_path("README.md")); }, "config");  // not JSON
+    expect_config_error([&] { (void)posenc::hf::parse_config(json{{"model_type", "llama"}}); }, "hidden_size");
+    expect_config_error([&] { (void)posenc::hf::parse_config(json::array()); }, "config");
+    expect_config_error([] { (void)posenc::hf::load_config(data_path("configs/does-not-exist.json")); }, "config");
+    expect_config_error([] { (void)posenc::hf::load_config(data_path("README.md")); }, "config");  // not JSON
 }
 
 TEST_CASE("ALiBi and T5 models: read as their encoding, rejected as RoPE", "[hf]") {
@@ -257,10 +250,10 @@ TEST_CASE("ALiBi and T5 models: read as their encoding, rejected as RoPE", "[hf]
     CHECK(t5.encoder.max_distance == 128);
     // RoPE configs come back as model_config.
     CHECK(std::holds_alternative<posenc::hf::model_config>(posenc::hf::load_position_encoding(data_path("configs/llama-3.1-8b.json"))));
-    expect_key_error([] { (void)load("bloom-560m.json"); }, "model_type");
-    expect_key_error([] { (void)load("t5-small.json"); }, "model_type");
+    expect_config_error([] { (void)load("bloom-560m.json"); }, "model_type");
+    expect_config_error([] { (void)load("t5-small.json"); }, "model_type");
     json mpt_learned{{"model_type", "mpt"}, {"n_heads", 32}, {"attn_config", {{"alibi", false}}}};
-    expect_key_error([&] { (void)posenc::hf::parse_position_encoding(mpt_learned); }, "attn_config.alibi");
+    expect_config_error([&] { (void)posenc::hf::parse_position_encoding(mpt_learned); }, "attn_config.alibi");
     json t5_odd{{"model_type", "t5"}, {"relative_attention_num_buckets", 31}};
-    expect_key_error([&] { (void)posenc::hf::parse_position_encoding(t5_odd); }, "relative_attention_num_buckets");
+    expect_config_error([&] { (void)posenc::hf::parse_position_encoding(t5_odd); }, "relative_attention_num_buckets");
 }

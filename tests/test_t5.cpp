@@ -8,21 +8,14 @@
 #include <random>
 
 #include "support/catch.hpp"
+#include "support/errors.hpp"
 #include "support/golden.hpp"
 #include "support/reference.hpp"
 
+using posenc_test::expect_config_error;
+
 namespace {
 
-template <class F>
-void expect_config_error(F&& f, const std::string& key, const std::string& value_text) {
-    try {
-        f();
-        FAIL("no exception; expected config_error for " << key);
-    } catch (const posenc::config_error& e) {
-        CHECK(e.key() == key);
-        CHECK(std::string(e.what()).find(value_text) != std::string::npos);
-    }
-}
 
 posenc::t5_buckets buckets_of(const nlohmann::json& e) {
     return {.num_buckets = e.at("num_buckets"), .max_distance = e.at("max_distance"),

@@ -69,6 +69,12 @@ inline std::vector<double> default_inv_freq(double base, std::size_t rotary_dim)
     return inv;
 }
 
+/// θᵢ' = wᵢ·θᵢ/s + (1 − wᵢ)·θᵢ: each pair blended between interpolated (w = 1) and original (w = 0).
+inline std::vector<double> blend(std::vector<double> inv, const std::vector<double>& w, double factor) {
+    for (std::size_t i = 0; i < inv.size(); ++i) inv[i] = w[i] * inv[i] / factor + (1.0 - w[i]) * inv[i];
+    return inv;
+}
+
 /// Wavelength in tokens of a rotary pair: one full turn.
 inline double wavelength(double inv_freq) { return 2.0 * std::numbers::pi / inv_freq; }
 

@@ -48,10 +48,7 @@ struct llama3 {
     }
 
     [[nodiscard]] rope_frequencies frequencies(std::size_t rotary_dim, std::int64_t /*seq_len*/ = 0) const {
-        const auto w = interpolation(rotary_dim);
-        auto inv = detail::default_inv_freq(base, rotary_dim);
-        for (std::size_t i = 0; i < inv.size(); ++i) inv[i] = w[i] * inv[i] / factor + (1.0 - w[i]) * inv[i];
-        return {std::move(inv), 1.0};
+        return {detail::blend(detail::default_inv_freq(base, rotary_dim), interpolation(rotary_dim), factor), 1.0};
     }
 };
 
