@@ -38,7 +38,8 @@ case "${1:-}" in
   bench)
     install_deps
     build
-    "$build_dir/bench/posenc-bench" --benchmark_min_time=0.2
+    "$build_dir/bench/posenc-bench" --benchmark_min_time=0.2 --benchmark_repetitions=5 \
+      --benchmark_report_aggregates_only=true
     echo
     "$build_dir/tools/posenc-inspect" examples/configs/llama-3.1-8b.json --positions 0,8191,131071
     ;;

@@ -10,6 +10,7 @@
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/detail/angles.hpp"
+#include "posenc/detail/table_storage.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/simd/dispatch.hpp"
 
@@ -76,7 +77,7 @@ private:
     std::vector<double> inv_freq_;
     double amplitude_ = 1.0;
     std::int64_t positions_ = 0;
-    std::vector<float> data_;
+    detail::table_vector<float> data_;
 };
 
 }  // namespace posenc
