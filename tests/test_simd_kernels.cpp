@@ -72,7 +72,9 @@ struct fixture {
         j.table = src == source::table ? &table : nullptr;
         j.rows = src == source::rows ? rows.data() : nullptr;
         j.inv_freq = freq.inv_freq.data();
-        j.amplitude = freq.attention_factor;
+        const double a = freq.attention_factor;  // as rotary sets them: inverse divides a out
+        j.amplitude = inverse ? 1.0 / a : a;
+        j.row_scale = inverse ? 1.0 / (a * a) : 1.0;
         return j;
     }
 };
@@ -104,8 +106,9 @@ void check_arch(const fixture& f) {
                 }
             }
             CHECK(changed_outside == 0);
+            const double a = f.freq.attention_factor;
             const double ulps = worst_ulps<Layout>(gathered_x, gathered_got, gathered_ref, sh.head_dim, sh.rotary_dim,
-                                                   f.freq.attention_factor);
+                                                   inverse ? 1.0 / a : a);
             // Table and rows: the same cos/sin, so only the arithmetic differs (float FMA vs double):
             // ≤ 1 ulp. On the fly: plus the float sincos (≤ ~1.5 ulp of cos and sin).
             CHECK(ulps <= (src == source::on_the_fly ? 4.0 : 2.0));

@@ -20,7 +20,8 @@ struct rotate_job {
     const cos_sin_table* table = nullptr;  ///< else rows from this table by position, when set
                                            ///< else computed on the fly from inv_freq
     const double* inv_freq = nullptr;      ///< rotary_dim/2 values, for on-the-fly rows
-    double amplitude = 1.0;
+    double amplitude = 1.0;                ///< on-the-fly rows: cos/sin × amplitude
+    double row_scale = 1.0;                ///< rows and table rows: × row_scale (they hold the amplitude)
 
     [[nodiscard]] std::size_t pairs() const noexcept { return rotary_dim / 2; }
 };

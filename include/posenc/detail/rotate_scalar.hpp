@@ -10,11 +10,13 @@
 namespace posenc::detail {
 
 template <class Layout>
-void rotate_head_scalar(float* x, std::size_t rotary_dim, const float* cos, const float* sin, bool inverse) noexcept {
+void rotate_head_scalar(float* x, std::size_t rotary_dim, const float* cos, const float* sin, bool inverse,
+                        double scale) noexcept {
     const double sign = inverse ? -1.0 : 1.0;
     for (std::size_t i = 0; i < rotary_dim / 2; ++i) {
         const std::size_t a = Layout::first(i, rotary_dim), b = Layout::second(i, rotary_dim);
-        const double x1 = x[a], x2 = x[b], c = cos[i], s = sign * sin[i];
+        const double x1 = x[a], x2 = x[b];
+        const double c = static_cast<float>(scale * cos[i]), s = sign * static_cast<float>(scale * sin[i]);
         x[a] = static_cast<float>(x1 * c - x2 * s);
         x[b] = static_cast<float>(x2 * c + x1 * s);
     }
@@ -27,6 +29,7 @@ void run_scalar(const rotate_job& job) {
     for (std::size_t t = 0; t < job.positions.size(); ++t) {
         const std::int64_t p = job.positions[t];
         const float* row = nullptr;
+        double scale = job.row_scale;
         if (job.rows) {
             row = job.rows + t * 2 * n;
         } else if (job.table) {
@@ -34,10 +37,11 @@ void run_scalar(const rotate_job& job) {
         } else {
             cos_sin_row(job.inv_freq, n, p, job.amplitude, scratch.data(), scratch.data() + n);
             row = scratch.data();
+            scale = 1.0;
         }
         for (const auto& v : job.views)
             for (std::size_t h = 0; h < v.heads(); ++h)
-                rotate_head_scalar<Layout>(v.row(t, h), job.rotary_dim, row, row + n, job.inverse);
+                rotate_head_scalar<Layout>(v.row(t, h), job.rotary_dim, row, row + n, job.inverse, scale);
     }
 }
 

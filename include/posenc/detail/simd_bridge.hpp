@@ -34,6 +34,7 @@ simd::rotate_args to_args(const rotate_job& job) noexcept {
     a.table = job.table ? job.table->data() : nullptr;
     a.inv_freq = job.inv_freq;
     a.amplitude = job.amplitude;
+    a.row_scale = job.row_scale;
     return a;
 }
 

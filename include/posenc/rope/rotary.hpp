@@ -61,6 +61,7 @@ public:
     void apply(heads_view<float> x, position_ids pos, rotation dir = rotation::forward) const {
         apply(x, {}, pos, dir);
     }
+    /// dir = rotation::inverse undoes a forward call exactly (rotation by −θ, amplitude divided out).
     void apply(heads_view<float> q, heads_view<float> k, position_ids pos, rotation dir = rotation::forward) const {
         execute(make_job(q, k, pos, dir, nullptr));
     }
@@ -88,10 +89,12 @@ public:
         execute(unchecked_job(q, k, pos, dir, &table));
     }
 
-    /// Rotates every token of `x` by the same position offset `delta`: re-rotates cached keys after
-    /// the cache was shifted (delta may be negative).
+    /// Rotates every token of `x` by the same position offset `delta`, without the amplitude (keys
+    /// already carry it): re-rotates cached keys after the cache was shifted (delta may be negative).
     void shift(heads_view<float> x, std::int64_t delta) const {
-        apply(x, position_ids::constant(delta, x.tokens()));
+        auto job = make_job(x, {}, position_ids::constant(delta, x.tokens()), rotation::forward, nullptr);
+        job.amplitude = 1.0;
+        execute(job);
     }
 
 private:
@@ -138,7 +141,11 @@ private:
         job.inverse = dir == rotation::inverse;
         job.table = table;
         job.inv_freq = freq_.inv_freq.data();
-        job.amplitude = freq_.attention_factor;
+        // Forward: cos/sin × a. Inverse undoes it exactly: rotation by −θ, × 1/a (table rows hold a,
+        // so they are scaled by 1/a²).
+        const double a = freq_.attention_factor;
+        job.amplitude = job.inverse ? 1.0 / a : a;
+        job.row_scale = job.inverse ? 1.0 / (a * a) : 1.0;
         return job;
     }
 

@@ -292,9 +292,14 @@ struct kernels {
                 cos_sin_row(a.inv_freq, n, position(a, t), static_cast<float>(a.amplitude), c, s);
                 for (std::size_t k = n; k < n + W; ++k) c[k] = s[k] = 0.0f;
             }
-            if (src) {
+            if (src && a.row_scale == 1.0) {
                 std::memcpy(c, src, n * sizeof(float));
                 std::memcpy(s, src + n, n * sizeof(float));
+            } else if (src) {
+                for (std::size_t i = 0; i < n; ++i) {
+                    c[i] = static_cast<float>(a.row_scale * src[i]);
+                    s[i] = static_cast<float>(a.row_scale * src[n + i]);
+                }
             }
             if (a.inverse)
                 for (std::size_t i = 0; i < n; ++i) s[i] = -s[i];

@@ -34,6 +34,7 @@ struct rotate_args {
     const float* table = nullptr;     ///< one per position (row p at table + p·rotary_dim)
     const double* inv_freq = nullptr;  ///< else computed on the fly, × amplitude
     double amplitude = 1.0;
+    double row_scale = 1.0;  ///< rows and table rows are multiplied by this (inverse: 1/amplitude²)
 };
 
 struct table_args {
