@@ -4,8 +4,6 @@
 #include <posenc/posenc.hpp>
 
 #include <cfloat>
-#include <cstdio>
-#include <cstdlib>
 #include <tuple>
 
 #include "support/catch.hpp"
@@ -109,10 +107,9 @@ void check_arch(const fixture& f) {
             const double a = f.freq.attention_factor;
             const double ulps = worst_ulps<Layout>(gathered_x, gathered_got, gathered_ref, sh.head_dim, sh.rotary_dim,
                                                    inverse ? 1.0 / a : a);
-            // Table and rows: the same cos/sin, so only the arithmetic differs (float FMA vs double):
-            // ≤ 1 ulp. On the fly: plus the float sincos (≤ ~1.5 ulp of cos and sin).
-            CHECK(ulps <= (src == source::on_the_fly ? 4.0 : 2.0));
-            if (std::getenv("POSENC_PRINT_ULPS")) std::printf("%s %s r=%zu src=%d inv=%d ulps=%.3f\n", Arch::name(), Layout::name.data(), sh.rotary_dim, int(src), int(inverse), ulps);
+            // Same cos/sin (on the fly: correctly rounded like the reference's, bar a rare double
+            // rounding); only the rotation's float arithmetic differs. Measured: ≤ 1 ulp everywhere.
+            CHECK(ulps <= 2.0);
         }
 }
 

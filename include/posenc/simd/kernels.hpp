@@ -55,69 +55,56 @@ struct kernels {
 
     // ---- cos/sin rows ---------------------------------------------------------------------------
 
-    /// Reduced angles p·θᵢ (mod 2π, in double) for i < pairs, split into a float high part and the
-    /// float remainder: hi + lo equals the double angle to ~1e-15.
-    static void reduced_angles(const double* inv_freq, std::size_t pairs, std::int64_t position, float* hi,
-                               float* lo) noexcept {
-        alignas(64) double r[max_rotary_dim / 2 + 2 * W];
-        const dbatch p(static_cast<double>(position));
-        std::size_t i = 0;
-        for (; i + WD <= pairs; i += WD) {
-            const dbatch a = p * dbatch::load_unaligned(inv_freq + i);
-            const dbatch n = xsimd::nearbyint(a * dbatch(detail::inv_two_pi));
-            xsimd::fnma(n, dbatch(detail::two_pi_lo), xsimd::fnma(n, dbatch(detail::two_pi_hi), a)).store_aligned(r + i);
-        }
-        for (; i < pairs; ++i) r[i] = detail::reduce_angle<Arch>(static_cast<double>(position) * inv_freq[i]);
-        for (i = 0; i < pairs; ++i) {
-            hi[i] = static_cast<float>(r[i]);
-            lo[i] = static_cast<float>(r[i] - static_cast<double>(hi[i]));
-        }
-    }
-
-    /// cos/sin × amplitude of one position; c and s need room for pairs rounded up to W.
-    /// Float sincos of the high part, corrected to first order by the low part (the next term is
-    /// below 1e-14), so the result is as accurate as the float sincos itself.
-    static void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t position, float amplitude,
+    /// cos/sin × amplitude of p·θᵢ for one position, into c[0, pairs) and s[0, pairs); c and s need
+    /// room for `pairs` rounded up to W. All in double: the angle is reduced to a quadrant q and
+    /// r ∈ [−π/4, π/4]; cos r and sin r come from their Taylor series (through r¹² and r¹¹, whose
+    /// remainders are below 1e-12 there) and are mapped to the quadrant; only the result is rounded
+    /// to float. Cheap enough to run per token in the hot loop (no general-purpose sincos with its
+    /// own range reduction), and equal to the scalar reference up to a rare 1-ulp double rounding.
+    static void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t position, double amplitude,
                             float* c, float* s) noexcept {
-        alignas(64) float hi[max_rotary_dim / 2 + W], lo[max_rotary_dim / 2 + W];
-        reduced_angles(inv_freq, pairs, position, hi, lo);
-        std::size_t padded = pairs;
-        for (; padded % W; ++padded) hi[padded] = lo[padded] = 0.0f;
-        const fbatch a(amplitude);
-        for (std::size_t i = 0; i < padded; i += W) {
-            const fbatch h = fbatch::load_aligned(hi + i), l = fbatch::load_aligned(lo + i);
-            const auto sc = xsimd::sincos(h);  // (sin, cos)
-            (xsimd::fnma(l, sc.first, sc.second) * a).store_unaligned(c + i);
-            (xsimd::fma(l, sc.second, sc.first) * a).store_unaligned(s + i);
+        constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
+        constexpr double two_over_pi = 0.6366197723675814;
+        alignas(64) double inv[max_rotary_dim / 2 + 2 * W], cd[max_rotary_dim / 2 + 2 * W], sd[max_rotary_dim / 2 + 2 * W];
+        const std::size_t padded = (pairs + WD - 1) / WD * WD;
+        std::memcpy(inv, inv_freq, pairs * sizeof(double));
+        for (std::size_t i = pairs; i < padded; ++i) inv[i] = 0.0;
+        const dbatch p(static_cast<double>(position)), amp(amplitude), one(1.0), two(2.0), three(3.0);
+        for (std::size_t i = 0; i < padded; i += WD) {
+            const dbatch a = p * dbatch::load_aligned(inv + i);
+            const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
+            const dbatch r = xsimd::fnma(n, dbatch(half_pi_lo), xsimd::fnma(n, dbatch(half_pi_hi), a));
+            const dbatch q = xsimd::fnma(xsimd::floor(n * dbatch(0.25)), dbatch(4.0), n);  // n mod 4
+            const dbatch z = r * r;
+            dbatch sn = xsimd::fma(z, dbatch(-1.0 / 39916800.0), dbatch(1.0 / 362880.0));
+            sn = xsimd::fma(z, sn, dbatch(-1.0 / 5040.0));
+            sn = xsimd::fma(z, sn, dbatch(1.0 / 120.0));
+            sn = xsimd::fma(z, sn, dbatch(-1.0 / 6.0));
+            sn = xsimd::fma(z * r, sn, r);
+            dbatch cs = xsimd::fma(z, dbatch(1.0 / 479001600.0), dbatch(-1.0 / 3628800.0));
+            cs = xsimd::fma(z, cs, dbatch(1.0 / 40320.0));
+            cs = xsimd::fma(z, cs, dbatch(-1.0 / 720.0));
+            cs = xsimd::fma(z, cs, dbatch(1.0 / 24.0));
+            cs = xsimd::fma(z * z, cs, xsimd::fnma(dbatch(0.5), z, one));
+            // angle = n·π/2 + r: q = 1 gives (cos, sin) = (−sin r, cos r), q = 2 (−cos r, −sin r),
+            // q = 3 (sin r, −cos r).
+            const auto odd = (q == one) | (q == three);
+            const dbatch sv = xsimd::select(odd, cs, sn), cv = xsimd::select(odd, sn, cs);
+            (xsimd::select((q == one) | (q == two), -cv, cv) * amp).store_aligned(cd + i);
+            (xsimd::select(q >= two, -sv, sv) * amp).store_aligned(sd + i);
+        }
+        for (std::size_t i = 0; i < pairs; ++i) {
+            c[i] = static_cast<float>(cd[i]);
+            s[i] = static_cast<float>(sd[i]);
         }
     }
 
-    /// Table rows, in double-precision sincos (the table is built once and kept, so it is rounded
-    /// once from the double result, like the scalar reference).
+    /// Table rows: the same computation for consecutive positions.
     static void table_rows(const table_args& t) noexcept {
-        const std::size_t n = t.pairs;
-        alignas(64) double cd[max_rotary_dim / 2 + 2 * W], sd[max_rotary_dim / 2 + 2 * W];
         for (std::size_t k = 0; k < t.positions; ++k) {
-            const double p = static_cast<double>(t.first_position + static_cast<std::int64_t>(k));
-            float* row = t.out + k * 2 * n;
-            std::size_t i = 0;
-            for (; i + WD <= n; i += WD) {
-                const dbatch a = dbatch(p) * dbatch::load_unaligned(t.inv_freq + i);
-                const dbatch m = xsimd::nearbyint(a * dbatch(detail::inv_two_pi));
-                const dbatch r = xsimd::fnma(m, dbatch(detail::two_pi_lo), xsimd::fnma(m, dbatch(detail::two_pi_hi), a));
-                const auto sc = xsimd::sincos(r);
-                (sc.second * dbatch(t.amplitude)).store_aligned(cd + i);
-                (sc.first * dbatch(t.amplitude)).store_aligned(sd + i);
-            }
-            for (; i < n; ++i) {
-                const double r = detail::reduce_angle<Arch>(p * t.inv_freq[i]);
-                cd[i] = t.amplitude * std::cos(r);
-                sd[i] = t.amplitude * std::sin(r);
-            }
-            for (i = 0; i < n; ++i) {
-                row[i] = static_cast<float>(cd[i]);
-                row[n + i] = static_cast<float>(sd[i]);
-            }
+            float* row = t.out + k * 2 * t.pairs;
+            cos_sin_row(t.inv_freq, t.pairs, t.first_position + static_cast<std::int64_t>(k), t.amplitude, row,
+                        row + t.pairs);
         }
     }
 
@@ -289,7 +276,7 @@ struct kernels {
             } else if (a.table) {
                 src = a.table + static_cast<std::size_t>(position(a, t)) * r;
             } else {
-                cos_sin_row(a.inv_freq, n, position(a, t), static_cast<float>(a.amplitude), c, s);
+                cos_sin_row(a.inv_freq, n, position(a, t), a.amplitude, c, s);
                 for (std::size_t k = n; k < n + W; ++k) c[k] = s[k] = 0.0f;
             }
             if (src && a.row_scale == 1.0) {
