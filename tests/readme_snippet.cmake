@@ -1,0 +1,16 @@
+# ctest driver: the README's first ```cpp block must be examples/rope_quickstart.cpp minus its first
+# comment line, so that the usage snippet users copy is the program CI compiles and runs.
+file(READ "${SOURCE_DIR}/README.md" readme)
+string(FIND "${readme}" "```cpp\n" start)
+if(start EQUAL -1)
+  message(FATAL_ERROR "README.md has no ```cpp block")
+endif()
+math(EXPR start "${start} + 7")
+string(SUBSTRING "${readme}" ${start} -1 rest)
+string(FIND "${rest}" "```" stop)
+string(SUBSTRING "${rest}" 0 ${stop} snippet)
+file(READ "${SOURCE_DIR}/examples/rope_quickstart.cpp" example)
+string(REGEX REPLACE "^// [^\n]*\n" "" example "${example}")
+if(NOT snippet STREQUAL example)
+  message(FATAL_ERROR "README's usage snippet differs from examples/rope_quickstart.cpp")
+endif()
