@@ -209,7 +209,10 @@ public:
             if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
             const auto bps = r.counters.find("bytes_per_second");
             const auto frac = r.counters.find("limit_fraction");
-            rows_.push_back({r.run_name.str(), r.GetAdjustedRealTime(), GetTimeUnitString(r.time_unit),
+            std::string name = r.run_name.str();  // without Google Benchmark's timing suffix
+            for (const char* suffix : {"/manual_time", "/real_time"})
+                if (const auto at = name.find(suffix); at != std::string::npos) name.erase(at, std::string(suffix).size());
+            rows_.push_back({name, r.GetAdjustedRealTime(), GetTimeUnitString(r.time_unit),
                              bps == r.counters.end() ? 0.0 : double(bps->second) / 1e9,
                              frac == r.counters.end() ? -1.0 : double(frac->second)});
         }
@@ -218,11 +221,11 @@ public:
         ConsoleReporter::Finalize();
         std::printf("\nposenc-bench summary (kernels: %s; limit = x <- a*x over the same Q and K)\n",
                     posenc::simd::active_arch_name());
-        std::printf("%-34s %12s %10s %15s\n", "benchmark", "time", "GB/s", "limit_fraction");
+        std::printf("%-38s %12s %10s %15s\n", "benchmark", "time", "GB/s", "limit_fraction");
         for (const auto& row : rows_) {
             char frac[32] = "";
             if (row.fraction >= 0) std::snprintf(frac, sizeof frac, "%.2f", row.fraction);
-            std::printf("%-34s %9.2f %-2s %10.1f %15s\n", row.name.c_str(), row.time, row.unit.c_str(), row.gbps, frac);
+            std::printf("%-38s %9.2f %-2s %10.1f %15s\n", row.name.c_str(), row.time, row.unit.c_str(), row.gbps, frac);
         }
     }
 

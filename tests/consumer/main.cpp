@@ -15,6 +15,6 @@ int main(int argc, char** argv) {
     q[0] = 1.0f;  // pair 0 = lanes (0, 64) in half_split
     rope.apply(posenc::heads_view<float>(std::span<float>(q), {1, 1, 128}), posenc::position_ids::consecutive(3, 1));
     const bool ok = std::abs(q[0] - std::cos(3.0)) < 1e-6 && std::abs(q[64] - std::sin(3.0)) < 1e-6;
-    std::printf("consumer: %s\n", ok ? "ok" : "WRONG");
+    std::printf("consumer (kernels: %s): %s\n", posenc::simd::active_arch_name(), ok ? "ok" : "WRONG");
     return ok ? 0 : 1;
 }
