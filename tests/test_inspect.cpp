@@ -108,7 +108,10 @@ TEST_CASE("posenc-inspect --alibi, --t5, --sinusoidal --json equal the reference
     for (const auto& e : posenc_test::golden().at("sinusoidal_absolute")) {
         const bool inter = e.at("variant") == "vaswani_interleaved";
         std::string pos;
-        for (const auto& p : e.at("positions")) pos += (pos.empty() ? "" : ",") + std::to_string(p.get<int>());
+        for (const auto& p : e.at("positions")) {
+            if (!pos.empty()) pos += ',';
+            pos += std::to_string(p.get<int>());
+        }
         const auto j = json::parse(inspect("--sinusoidal " + std::to_string(e.at("d_model").get<int>()) + " --variant " +
                                            (inter ? "interleaved" : "concat") + " --positions " + pos + " --json")
                                        .out);

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The COMDAT trap (shared/notes/xsimd.md): a weak (inline or template) function emitted both by a
+# per-architecture kernel unit (compiled with e.g. -mavx512f) and by another object of the same
+# program is merged by the linker into one copy, possibly the AVX-512 one, which then runs on CPUs
+# without AVX-512. Lists such symbols in the objects under $1 (a target's object directory, built at
+# -O0 where nothing is inlined) and fails if any is not a trivially safe one.
+set -euo pipefail
+dir=$1
+weak() { nm -C --defined-only "$1" | awk '$2 == "W" || $2 == "V" { $1 = ""; $2 = ""; sub(/^  /, ""); print }' | sort -u; }
+# Safe: xsimd's register wrappers (a register move, the same code for any flags), initializer_list
+# accessors and the personality reference.
+safe='^(xsimd::types::simd_register<|xsimd::types::simd_avx512_bool_register<|std::initializer_list<|DW\.ref\.)'
+status=0
+mapfile -t arch_objects < <(find "$dir" -name 'posenc_simd_*.cpp.o' ! -name 'posenc_simd_sse2.cpp.o')
+[ ${#arch_objects[@]} -gt 0 ] || { echo "check-arch-symbols: no kernel units under $dir" >&2; exit 1; }
+for arch in "${arch_objects[@]}"; do
+  others=$(find "$dir" -name '*.o' ! -path "$arch")
+  shared=$(comm -12 <(weak "$arch") <(for o in $others; do weak "$o"; done | sort -u) | grep -Ev "$safe" || true)
+  if [ -n "$shared" ]; then
+    echo "check-arch-symbols: $(basename "$arch") shares weak symbols with other objects:" >&2
+    echo "$shared" | sed 's/^/  /' >&2
+    status=1
+  fi
+done
+[ $status -eq 0 ] && echo "check-arch-symbols: ${#arch_objects[@]} kernel units share no unsafe weak symbols"
+exit $status
