@@ -221,3 +221,40 @@ void check_consecutive_all(xsimd::arch_list<Archs...>) {
 TEST_CASE("prefill rows from the angle-addition recurrence equal the scalar reference", "[simd]") {
     check_consecutive_all(posenc::simd::dispatch_archs{});
 }
+
+namespace {
+template <class Layout, class Arch>
+void check_far_positions() {
+    const std::size_t H = 2, D = 64;
+    const std::vector<std::int64_t> pos{999'999'937LL,       -1'000'000'007LL,  (1LL << 26) + 1, 1'000'000'000'039LL,
+                                        1LL << 60,           -(1LL << 62),      67'108'863LL};
+    const std::size_t T = pos.size();
+    const auto freq = posenc::default_rope{.base = 10000}.frequencies(D);
+    const auto original = random_floats(T * H * D, 6);
+    std::vector<float> ref = original, got = original;
+    posenc::detail::rotate_job job;
+    job.positions = pos;
+    job.rotary_dim = D;
+    job.inv_freq = freq.inv_freq.data();
+    job.views[0] = posenc::heads_view<float>(std::span<float>(ref), {T, H, D});
+    posenc::detail::run_scalar<Layout>(job);
+    job.views[0] = posenc::heads_view<float>(std::span<float>(got), {T, H, D});
+    posenc::simd::rotate_functor{}(Arch{}, posenc::detail::to_args<Layout>(job));
+    INFO(Arch::name() << " " << Layout::name);
+    CHECK(worst_ulps<Layout>(original, got, ref, D, D, 1.0) <= 2.0);
+}
+
+template <class... Archs>
+void check_far_all(xsimd::arch_list<Archs...>) {
+    (([&] {
+         if (!posenc::simd::compat::cpu_supports<Archs>()) return;
+         check_far_positions<posenc::half_split, Archs>();
+         check_far_positions<posenc::interleaved, Archs>();
+     }()),
+     ...);
+}
+}  // namespace
+
+TEST_CASE("positions far beyond any context (up to 2^62, negative) equal the scalar reference", "[simd]") {
+    check_far_all(posenc::simd::dispatch_archs{});
+}

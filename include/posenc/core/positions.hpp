@@ -1,14 +1,19 @@
 #pragma once
 // position_ids: the integer position of each token, borrowed from the caller (int64 or int32, as
-// engines store them) or an arithmetic run start, start+1, … that needs no memory. Positions are
-// integers on purpose: a float position loses exactness past 2^24 (and fp16 past 2048).
+// engines store them) or an arithmetic run start, start+1, … that needs no memory. It is a view, like
+// std::span: passing a temporary vector straight to a call is fine, keeping a position_ids made from
+// one is not. Positions are integers on purpose: a float position loses exactness past 2^24 (and
+// fp16 past 2048). Angles are formed as double(position)·θ, exact in the position up to 2^53.
 
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "posenc/core/errors.hpp"
 
 namespace posenc {
 
@@ -21,6 +26,9 @@ public:
 
     /// start, start+1, …, start+count-1 (prefill from an offset; decode with count = 1).
     [[nodiscard]] static position_ids consecutive(std::int64_t start, std::size_t count) {
+        if (count > 0 && start > std::numeric_limits<std::int64_t>::max() - static_cast<std::int64_t>(count - 1))
+            throw range_error("posenc: position_ids::consecutive(" + detail::to_text(start) + ", " +
+                              detail::to_text(count) + ") overflows int64");
         return position_ids(start, 1, count);
     }
 

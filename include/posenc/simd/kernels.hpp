@@ -52,6 +52,7 @@ struct kernels {
     static constexpr std::size_t W = fbatch::size;
     static constexpr std::size_t WD = dbatch::size;
     static constexpr std::size_t row_capacity = max_rotary_dim + 2 * W;  // floats, with padding
+    static constexpr std::int64_t far_position = std::int64_t{1} << 26;
 
     // ---- cos/sin rows ---------------------------------------------------------------------------
 
@@ -78,6 +79,16 @@ struct kernels {
     /// The same in double, into cd and sd (room for `pairs` rounded up to the double vector width).
     static void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t position, double amplitude,
                             double* cd, double* sd) noexcept {
+        if (position > far_position || position < -far_position) {
+            // The vector reduction needs n·π/2 exact: beyond 2^26 (and without FMA hardware, where
+            // xsimd emulates fnma) that no longer holds, so far positions take the scalar path.
+            for (std::size_t i = 0; i < pairs; ++i) {
+                const double r = detail::reduce_angle<Arch>(static_cast<double>(position) * inv_freq[i]);
+                cd[i] = amplitude * std::cos(r);
+                sd[i] = amplitude * std::sin(r);
+            }
+            return;
+        }
         constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
         constexpr double two_over_pi = 0.6366197723675814;
         alignas(64) double inv[max_rotary_dim / 2 + 2 * W];
