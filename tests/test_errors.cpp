@@ -95,3 +95,15 @@ TEST_CASE("views that do not fit their buffer or overlap are rejected", "[errors
                         "head_stride", "8");
     expect_config_error([&] { posenc::heads_view<float>(std::span<float>(buf), {1, 1, 0}); }, "head_dim", "0");
 }
+
+TEST_CASE("sizes that overflow are range errors, not wrapped-around buffers", "[errors]") {
+    std::vector<float> buf(64);
+    CHECK_THROWS_AS(posenc::heads_view<float>(std::span<float>(buf), {3, 1, 16}, {.token = std::size_t{1} << 63}),
+                    posenc::range_error);
+    CHECK_THROWS_AS(posenc::heads_view<float>(std::span<float>(buf), {1, 3, 16}, {.head = std::size_t{1} << 62}),
+                    posenc::range_error);
+    const auto f = posenc::default_rope{}.frequencies(4);
+    CHECK_THROWS_AS(posenc::cos_sin_table(f, std::int64_t{1} << 62), posenc::range_error);
+    CHECK_THROWS_AS(posenc::position_ids::consecutive(std::numeric_limits<std::int64_t>::max() - 1, 4), posenc::range_error);
+    CHECK_NOTHROW(posenc::position_ids::consecutive(std::numeric_limits<std::int64_t>::max() - 3, 4));
+}

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "posenc/core/errors.hpp"
+#include "posenc/detail/checked_size.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/detail/angles.hpp"
 
@@ -92,7 +93,7 @@ struct sinusoidal {
     /// Rows for `positions`, [positions.size(), d_model] row-major.
     [[nodiscard]] std::vector<float> table(const position_ids& positions) const {
         const auto w = frequencies();
-        std::vector<float> out(positions.size() * d_model);
+        std::vector<float> out(detail::checked_mul(positions.size(), d_model, "sinusoidal table size"));
         std::vector<double> pe(d_model);
         for (std::size_t t = 0; t < positions.size(); ++t) {
             row_double(w, positions[t], pe.data());
@@ -118,7 +119,7 @@ struct sinusoidal {
                         "must be >= d_model = " + detail::to_text(d_model) + " (rows would overlap)");
         const std::size_t tokens = positions.size();
         if (tokens == 0) return;
-        const std::size_t extent = (tokens - 1) * stride + d_model;
+        const std::size_t extent = detail::checked_extent(tokens, stride, d_model, "embeddings extent");
         if (extent > embeddings.size())
             throw range_error("posenc: " + detail::to_text(tokens) + " rows of d_model = " + detail::to_text(d_model) +
                               " at stride " + detail::to_text(stride) + " need " + detail::to_text(extent) +

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "posenc/core/errors.hpp"
+#include "posenc/detail/checked_size.hpp"
 
 namespace posenc {
 
@@ -35,8 +36,10 @@ public:
     heads_view(std::span<T> buffer, heads_shape shape, heads_strides strides = {})
         : heads_view(buffer.data(), shape, strides) {
         if (shape_.tokens == 0 || shape_.heads == 0) return;
-        const std::size_t extent = (shape_.tokens - 1) * token_stride_ +
-                                   (shape_.heads - 1) * head_stride_ + shape_.head_dim;
+        const std::size_t extent =
+            detail::checked_add(detail::checked_extent(shape_.tokens, token_stride_, 0, "heads_view extent"),
+                                detail::checked_extent(shape_.heads, head_stride_, shape_.head_dim, "heads_view extent"),
+                                "heads_view extent");
         if (extent > buffer.size())
             throw range_error("posenc: heads_view needs " + detail::to_text(extent) +
                               " elements but the buffer holds " + detail::to_text(buffer.size()));
@@ -59,7 +62,7 @@ public:
         detail::require(inner >= shape.head_dim || (inner_count <= 1 && outer_count <= 1),
                         heads_inner ? "head_stride" : "token_stride", inner,
                         "rows of head_dim elements would overlap");
-        detail::require(outer >= inner * inner_count || outer_count <= 1,
+        detail::require(outer_count <= 1 || outer >= detail::checked_mul(inner, inner_count, "heads_view stride"),
                         heads_inner ? "token_stride" : "head_stride", outer,
                         "rows of different tokens/heads would overlap");
     }

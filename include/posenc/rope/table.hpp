@@ -10,6 +10,7 @@
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/detail/angles.hpp"
+#include "posenc/detail/checked_size.hpp"
 #include "posenc/detail/table_storage.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/simd/dispatch.hpp"
@@ -23,7 +24,7 @@ public:
         detail::require(positions >= 0, "positions", positions, "must be >= 0");
         detail::require(!inv_freq_.empty(), "inv_freq", "empty", "a table needs at least one pair");
         const std::size_t n = pairs();
-        data_.resize(static_cast<std::size_t>(positions) * 2 * n);
+        data_.resize(detail::checked_mul(static_cast<std::size_t>(positions), 2 * n, "cos_sin_table size"));
         if (2 * n > simd::max_rotary_dim) {
             for (std::int64_t p = 0; p < positions; ++p) {
                 float* r = data_.data() + static_cast<std::size_t>(p) * 2 * n;
