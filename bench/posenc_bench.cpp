@@ -56,14 +56,17 @@ posenc::heads_view<float> view(aligned_vector& v, std::size_t tokens, std::size_
 // the limit pass over the same buffers with the same thread count. limit_fraction = limit time ÷
 // kernel time over the whole run: measured side by side, so that the drift of a shared machine
 // between two benchmarks does not distort the ratio.
+//
+// `limit_scale` is the a of the limit pass: 1/amplitude for a rotation that scales by amplitude, so
+// that the buffers stay bounded over millions of iterations (the two passes cost the same for any a).
 template <class F>
-void paired_loop(benchmark::State& state, buffers& b, unsigned threads, F&& body) {
+void paired_loop(benchmark::State& state, buffers& b, unsigned threads, F&& body, float limit_scale = 1.0f) {
     using clock = std::chrono::steady_clock;
     double limit_seconds = 0, kernel_seconds = 0;
     for (auto _ : state) {
         const auto t0 = clock::now();
-        posenc_bench::scale_in_place(b.q.data(), b.q.size(), 1.0f, threads);
-        posenc_bench::scale_in_place(b.k.data(), b.k.size(), 1.0f, threads);
+        posenc_bench::scale_in_place(b.q.data(), b.q.size(), limit_scale, threads);
+        posenc_bench::scale_in_place(b.k.data(), b.k.size(), limit_scale, threads);
         benchmark::ClobberMemory();
         const auto t1 = clock::now();
         body();
@@ -120,7 +123,8 @@ void rope_table(benchmark::State& state, Schedule schedule, unsigned threads) {
     const auto table = rope.table(S1_tokens);
     auto q = view(b.q, S1_tokens, S1_q_heads), k = view(b.k, S1_tokens, S1_kv_heads);
     const auto pos = posenc::position_ids::consecutive(0, S1_tokens);
-    paired_loop(state, b, threads, [&] { rope.apply(table, q, k, pos); });
+    paired_loop(state, b, threads, [&] { rope.apply(table, q, k, pos); },
+                static_cast<float>(1.0 / rope.frequencies().attention_factor));
 }
 
 template <class Layout>

@@ -2,8 +2,9 @@
 #
 # Makes <target> choose posenc's SIMD kernels at run time for the CPU it runs on: compiles one
 # translation unit per x86-64 architecture (AVX-512BW, AVX2+FMA, SSE4.2, SSE2), each with its own
-# flags, adds them to <target> and defines POSENC_SIMD_DISPATCH for all of <target>'s sources (every
-# translation unit of a program that uses posenc must agree on it). Elsewhere (ARM, other compilers
+# flags, adds them to <target> and defines POSENC_SIMD_DISPATCH for <target> and what links it (every
+# translation unit of a program that uses posenc must agree on it). Call it once per program, on the
+# library or executable that owns posenc's kernels. Elsewhere (ARM, other compilers
 # than GCC/Clang) it does nothing and the kernels follow the compile-time architecture.
 #
 # The flags apply to those generated units only, so <target> itself can stay baseline x86-64.
@@ -36,5 +37,7 @@ function(posenc_add_simd_dispatch target)
     set_source_files_properties("${src}" TARGET_DIRECTORY ${target} PROPERTIES
       COMPILE_OPTIONS "${flags_${name}};$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>")
   endforeach()
-  target_compile_definitions(${target} PRIVATE POSENC_SIMD_DISPATCH=1)
+  # PUBLIC: whatever links <target> (and includes posenc) must agree, or the inline dispatch code
+  # would have two definitions.
+  target_compile_definitions(${target} PUBLIC POSENC_SIMD_DISPATCH=1)
 endfunction()

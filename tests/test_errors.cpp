@@ -12,35 +12,41 @@ TEST_CASE("invalid schedule parameters name the key and the value", "[errors]") 
     expect_config_error([] { (void)posenc::linear{.factor = 0}.frequencies(64); }, "factor", "0");
     expect_config_error([] { (void)posenc::linear{.factor = -2}.frequencies(64); }, "factor", "-2");
     expect_config_error([] { (void)posenc::ntk_aware{.factor = -1}.frequencies(64); }, "factor", "-1");
-    expect_config_error([] { (void)posenc::yarn{.factor = 0}.frequencies(64); }, "factor", "0");
+    expect_config_error([] { (void)posenc::yarn{.factor = 0, .original_max_position = 4096}.frequencies(64); }, "factor", "0");
     expect_config_error([] { (void)posenc::default_rope{.base = 1}.frequencies(64); }, "base", "1");
     expect_config_error([] { (void)posenc::default_rope{.base = 0.5}.frequencies(64); }, "base", "0.5");
     expect_config_error([] { (void)posenc::default_rope{}.frequencies(63); }, "rotary_dim", "63");
-    expect_config_error([] { (void)posenc::yarn{.factor = 4, .beta_fast = 1, .beta_slow = 1}.frequencies(64); },
+    expect_config_error([] { (void)posenc::yarn{.factor = 4, .original_max_position = 4096, .beta_fast = 1, .beta_slow = 1}.frequencies(64); },
                         "beta_fast", "1");
-    expect_config_error([] { (void)posenc::yarn{.factor = 4, .beta_fast = 0.5, .beta_slow = 2}.frequencies(64); },
+    expect_config_error([] { (void)posenc::yarn{.factor = 4, .original_max_position = 4096, .beta_fast = 0.5, .beta_slow = 2}.frequencies(64); },
                         "beta_fast", "0.5");
-    expect_config_error([] { (void)posenc::llama3{.low_freq_factor = 4, .high_freq_factor = 4}.frequencies(64); },
+    expect_config_error([] { (void)posenc::llama3{.low_freq_factor = 4, .high_freq_factor = 4, .original_max_position = 8192}.frequencies(64); },
                         "high_freq_factor", "4");
-    expect_config_error([] { (void)posenc::llama3{.low_freq_factor = 5, .high_freq_factor = 1}.frequencies(64); },
+    expect_config_error([] { (void)posenc::llama3{.low_freq_factor = 5, .high_freq_factor = 1, .original_max_position = 8192}.frequencies(64); },
                         "high_freq_factor", "1");
     expect_config_error([] { (void)posenc::dynamic_ntk{.factor = 2, .original_max_position = 0}.frequencies(64, 9); },
                         "original_max_position", "0");
-    expect_config_error([] { (void)posenc::ntk_by_parts{.factor = 2, .alpha = 3, .beta = 2}.frequencies(64); },
+    expect_config_error([] { (void)posenc::ntk_by_parts{.factor = 2, .original_max_position = 4096, .alpha = 3, .beta = 2}.frequencies(64); },
                         "beta", "2");
     expect_config_error(
         [] {
-            posenc::longrope l{.short_factor = std::vector<double>(31, 1.0), .long_factor = std::vector<double>(32, 1.0)};
+            posenc::longrope l{.short_factor = std::vector<double>(31, 1.0), .long_factor = std::vector<double>(32, 1.0),
+                               .original_max_position = 4096};
             (void)l.frequencies(64);
         },
         "short_factor", "31");
     expect_config_error(
         [] {
-            posenc::longrope l{.short_factor = std::vector<double>(32, 1.0), .long_factor = std::vector<double>(33, 1.0)};
+            posenc::longrope l{.short_factor = std::vector<double>(32, 1.0), .long_factor = std::vector<double>(33, 1.0),
+                               .original_max_position = 4096};
             (void)l.frequencies(64);
         },
         "long_factor", "33");
     expect_config_error([] { (void)posenc::rope_dims::partial(128, 1.5); }, "partial_rotary_factor", "1.5");
+    // The original context length has no default: a forgotten one is an error, not 2048 or 4096.
+    expect_config_error([] { (void)posenc::yarn{.factor = 4}.frequencies(64); }, "original_max_position", "0");
+    expect_config_error([] { (void)posenc::llama3{.factor = 8}.frequencies(64); }, "original_max_position", "0");
+    expect_config_error([] { (void)posenc::dynamic_ntk{.factor = 2}.frequencies(64, 9000); }, "original_max_position", "0");
 }
 
 TEST_CASE("invalid dims are rejected when a rotary is built", "[errors]") {

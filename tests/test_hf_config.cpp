@@ -257,3 +257,54 @@ TEST_CASE("ALiBi and T5 models: read as their encoding, rejected as RoPE", "[hf]
     json t5_odd{{"model_type", "t5"}, {"relative_attention_num_buckets", 31}};
     expect_config_error([&] { (void)posenc::hf::parse_position_encoding(t5_odd); }, "relative_attention_num_buckets");
 }
+
+TEST_CASE("layout by family: interleaved for GPT-J, DeepSeek, Llama-4, Cohere, GLM, unknown families need one", "[hf]") {
+    const json base{{"hidden_size", 4096}, {"num_attention_heads", 32}, {"rope_theta", 500000.0}};
+    auto with_type = [&](const std::string& t) {
+        json c = base;
+        c["model_type"] = t;
+        return c;
+    };
+    for (const char* t : {"llama4_text", "cohere", "cohere2", "glm"})
+        CHECK(posenc::hf::parse_config(with_type(t)).rope.layout == posenc::rope_layout::interleaved);
+    for (const char* t : {"llama", "qwen3", "gemma2", "falcon"})
+        CHECK(posenc::hf::parse_config(with_type(t)).rope.layout == posenc::rope_layout::half_split);
+    expect_config_error([&] { (void)posenc::hf::parse_config(with_type("my_new_model")); }, "model_type", "my_new_model");
+    expect_config_error([&] { (void)posenc::hf::parse_config(base); }, "model_type");  // none given
+    CHECK(posenc::hf::parse_config(with_type("my_new_model"), posenc::rope_layout::interleaved).rope.layout ==
+          posenc::rope_layout::interleaved);
+    CHECK(posenc::hf::parse_config(with_type("llama"), posenc::rope_layout::interleaved).rope.layout ==
+          posenc::rope_layout::interleaved);  // an explicit layout wins
+}
+
+TEST_CASE("keys HF accepts: dynamic's original length, default's factor 1, Phi-3's legacy su/yarn names", "[hf]") {
+    const json base{{"model_type", "llama"}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+                    {"max_position_embeddings", 4096}};
+    auto with = [&](const json& patch) {
+        json c = base;
+        c.merge_patch(patch);
+        return posenc::hf::parse_config(c);
+    };
+    const auto dyn = with({{"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}, {"original_max_position_embeddings", 2048}}}});
+    CHECK(std::get<posenc::dynamic_ntk>(dyn.rope.schedule).original_max_position == 4096);  // as HF computes it
+    CHECK(with({{"rope_scaling", {{"rope_type", "default"}, {"factor", 1.0}}}}).rope.rope_type() == "default");
+    expect_config_error([&] { (void)with({{"rope_scaling", {{"rope_type", "default"}, {"factor", 2.0}}}}); },
+                        "rope_scaling.factor");
+    json phi = base;
+    phi["model_type"] = "phi3";
+    phi["original_max_position_embeddings"] = 2048;
+    phi["rope_scaling"] = {{"type", "su"}, {"short_factor", std::vector<double>(64, 1.0)}, {"long_factor", std::vector<double>(64, 2.0)}};
+    CHECK(posenc::hf::parse_config(phi).rope.rope_type() == "longrope");
+}
+
+TEST_CASE("head sizes must be positive integers, named in the error", "[hf][errors]") {
+    expect_config_error([] { (void)posenc::hf::parse_config(json{{"model_type", "gptj"}, {"n_head", 0}}); }, "n_head", "0");
+    expect_config_error([] { (void)posenc::hf::parse_config(json{{"model_type", "llama"}, {"head_dim", -128}}); }, "head_dim",
+                        "-128");
+    expect_config_error(
+        [] { (void)posenc::hf::parse_config(json{{"model_type", "deepseek_v3"}, {"qk_rope_head_dim", 0}}); }, "qk_rope_head_dim");
+    expect_config_error([] { (void)posenc::hf::parse_config(json{{"model_type", "gptj"}, {"rotary_dim", -64}}); }, "rotary_dim");
+    const auto cfg = load("llama-3.1-8b.json");
+    CHECK(&cfg.rope_for("full_attention") == &cfg.rope);
+    expect_config_error([&] { (void)cfg.rope_for("bogus"); }, "layer_type", "bogus");
+}

@@ -154,6 +154,7 @@ TEST_CASE("posenc-inspect rejects bad input with a non-zero exit and one line on
                                     std::string("--t5 --num-buckets 31 --max-distance 128 --bidirectional"),
                                     std::string("--t5 --num-buckets 32"), std::string("--sinusoidal 0 --variant concat --positions 1"),
                                     std::string("--sinusoidal 8 --variant sine --positions 1"), std::string("--alibi 8 --t5"),
+                                    config("gemma-3-4b.json") + " --layer-type bogus",
                                     posenc_test::data_path("README.md")}) {
         INFO(args);
         const auto r = inspect(args, err);

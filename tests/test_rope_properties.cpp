@@ -114,11 +114,26 @@ TEST_CASE("dynamic NTK at L <= L0 is exactly the default table, finite everywher
     }
 }
 
-TEST_CASE("dynamic NTK: same inputs give the same table before and after a long call", "[rope][property]") {
+TEST_CASE("dynamic NTK: a short prompt after a long one gets the short prompt's rotation", "[rope][property]") {
+    // The bug class: a module that keeps the longest length seen rotates later short prompts with a
+    // stale base. Replayed through the public objects (rotary, tables), which must keep no such state.
     const posenc::dynamic_ntk d{.base = 10000, .factor = 2, .original_max_position = 2048};
-    const auto before = d.frequencies(128, 1000).inv_freq;
-    (void)d.frequencies(128, 1'000'000);
-    CHECK(d.frequencies(128, 1000).inv_freq == before);
+    const auto x = random_floats(128, 13);
+    auto rotate = [&](std::int64_t seq_len) {
+        const posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = 128}, posenc::any_schedule{d}, seq_len);
+        std::vector<float> y = x;
+        const auto table = rope.table(1000);
+        rope.apply(table, posenc::heads_view<float>(std::span<float>(y), {1, 1, 128}), std::vector<std::int64_t>{999});
+        return y;
+    };
+    const auto before = rotate(1000);
+    const auto long_prompt = rotate(1'000'000);
+    CHECK(long_prompt != before);
+    CHECK(rotate(1000) == before);
+    // And the short prompt's rotation is the default RoPE's (1000 <= L0).
+    const auto def = posenc::default_rope{.base = 10000}.frequencies(128).inv_freq;
+    const auto ref = posenc_test::reference_rotate({x.begin(), x.end()}, 128, false, def, 999);
+    CHECK(posenc_test::max_abs_diff({before.begin(), before.end()}, ref) <= 1e-6);
 }
 
 TEST_CASE("linear divides the default inverse frequencies by the factor", "[rope][property]") {
@@ -201,7 +216,7 @@ TEST_CASE("inverse rotation undoes the forward one, shift re-rotates cached keys
 }
 
 TEST_CASE("table and on-the-fly paths agree, tables hold the rounded double cos/sin", "[rope][property]") {
-    const posenc::rotary<posenc::half_split> rope({.head_dim = 128}, posenc::llama3{});
+    const posenc::rotary<posenc::half_split> rope({.head_dim = 128}, posenc::llama3{.base = 500000, .factor = 8, .original_max_position = 8192});
     const auto table = rope.table(9000);
     const auto x = random_floats(4 * 8 * 128, 5);
     std::vector<float> a = x, b = x;

@@ -97,13 +97,23 @@ TEST_CASE("dynamic NTK has no hidden state: HF's cache demo replayed call by cal
     const posenc::dynamic_ntk d{.base = p.at("base"), .factor = p.at("factor"),
                                 .original_max_position = p.at("max_position_embeddings")};
     const std::size_t dim = p.at("head_dim");
+    const double base = p.at("base"), s = p.at("factor"), L0 = p.at("max_position_embeddings");
+    int stale = 0;
     for (const auto& call : demo.at("calls")) {
         const std::int64_t cached = call.at("max_seq_len_cached_after");
         const double eb = call.at("effective_base_f64_after");
-        CHECK(std::abs(d.effective_base(dim, cached) - eb) <= 1e-12 * eb);
+        CHECK(std::abs(d.effective_base(dim, cached) - eb) <= 1e-12 * eb);  // HF, given HF's cached length
+        // posenc, given the call's own length: the closed form at max(L, L0), whatever came before.
         const std::int64_t len = call.at("max_position_id_plus_1");
-        CHECK(d.frequencies(dim, len).inv_freq == posenc::dynamic_ntk(d).frequencies(dim, len).inv_freq);
+        const double L = std::max(double(len), L0);
+        const double expected = base * std::pow(s * L / L0 - (s - 1), double(dim) / double(dim - 2));
+        CHECK(std::abs(d.effective_base(dim, len) - expected) <= 1e-12 * expected);
+        if (cached > std::max<std::int64_t>(len, std::int64_t(L0))) {  // HF answers from a stale, longer length
+            ++stale;
+            CHECK(d.effective_base(dim, len) < eb);
+        }
     }
+    CHECK(stale >= 1);  // the demo does contain the case where HF's state changes the answer
 }
 
 TEST_CASE("longrope switches to long factors strictly above the original length", "[rope][golden][longrope]") {

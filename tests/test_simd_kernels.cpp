@@ -158,7 +158,7 @@ TEST_CASE("results are identical for 1, 2 and 3 threads", "[simd][threads]") {
     const std::size_t T = 300, HQ = 16, HK = 4, D = 128;
     for (bool interleaved : {false, true}) {
         posenc::any_rotary rope(interleaved ? posenc::rope_layout::interleaved : posenc::rope_layout::half_split,
-                                {.head_dim = D}, posenc::llama3{});
+                                {.head_dim = D}, posenc::llama3{.base = 500000, .factor = 8, .original_max_position = 8192});
         const auto table = rope.table(4096);
         const auto q0 = random_floats(T * HQ * D, 1), k0 = random_floats(T * HK * D, 2);  // 300 tokens: slices start mid-block
         std::vector<std::vector<float>> results;
@@ -189,7 +189,7 @@ void check_consecutive(std::int64_t start) {
     // cross three re-seeds; the rows must still equal the scalar reference's.
     const std::size_t T = 100, H = 2, D = 96;
     const auto freq = posenc::longrope{.short_factor = std::vector<double>(48, 1.5), .long_factor = std::vector<double>(48, 3.0),
-                                       .factor = 8}
+                                       .original_max_position = 4096, .factor = 8}
                           .frequencies(D, 100000);
     const auto original = random_floats(T * H * D, 5);
     std::vector<float> ref = original, got = original;

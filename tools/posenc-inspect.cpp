@@ -360,7 +360,7 @@ int run(const options& o) {
                                             .bidirectional = *o.bidirectional},
                       "", 0);
     if (o.sinusoidal_d) return run_sinusoidal(o);
-    const auto enc = posenc::hf::load_position_encoding(o.config);
+    const auto enc = posenc::hf::load_position_encoding(o.config, o.layout);
     if (const auto* a = std::get_if<posenc::hf::alibi_model>(&enc)) return run_alibi(o, a->params, a->model_type);
     if (const auto* t = std::get_if<posenc::hf::t5_model>(&enc)) {
         posenc::t5_buckets b = t->encoder;

@@ -28,7 +28,14 @@ void parallel_slices(unsigned threads, std::size_t n, const F& f) {
 #else
     std::vector<std::thread> pool;
     pool.reserve(threads - 1);
-    for (unsigned k = 1; k < threads; ++k) pool.emplace_back(slice, k);
+    try {
+        for (unsigned k = 1; k < threads; ++k) pool.emplace_back(slice, k);
+    } catch (...) {  // a thread could not start: finish the slices here, after joining the others
+        for (auto& t : pool) t.join();
+        for (unsigned k = static_cast<unsigned>(pool.size()) + 1; k < threads; ++k) slice(k);
+        slice(0);
+        return;
+    }
     slice(0);
     for (auto& t : pool) t.join();
 #endif

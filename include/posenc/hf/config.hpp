@@ -27,8 +27,10 @@
 // - dynamic: the schedule is a pure function of the sequence length you pass (HF caches the largest
 //   length seen; see posenc/rope/dynamic_ntk.hpp).
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <map>
 #include <set>
@@ -74,8 +76,10 @@ struct model_config {
     /// The RoPE of layers of `layer_type` ("full_attention", "sliding_attention", …).
     [[nodiscard]] const rope_spec& rope_for(std::string_view layer_type) const {
         if (const auto it = rope_by_layer_type.find(layer_type); it != rope_by_layer_type.end()) return it->second;
-        if (rope_by_layer_type.empty()) return rope;
-        throw config_error("layer_type", std::string(layer_type), "this config has no RoPE for that layer type");
+        const bool listed = std::find(layer_types.begin(), layer_types.end(), layer_type) != layer_types.end();
+        if (rope_by_layer_type.empty() && (listed || (layer_types.empty() && layer_type == "full_attention")))
+            return rope;
+        throw config_error("layer_type", std::string(layer_type), "this config has no layers of that type");
     }
 };
 
@@ -120,6 +124,17 @@ public:
     }
     [[nodiscard]] std::int64_t integer(std::string_view key, std::int64_t fallback) const {
         return has(key) ? integer(key) : fallback;
+    }
+
+    /// A count or size (head_dim, heads, …): an integer > 0.
+    [[nodiscard]] std::int64_t positive(std::string_view key, std::int64_t fallback) const {
+        const std::int64_t v = integer(key, fallback);
+        if (v <= 0) throw config_error(name(key), std::to_string(v), "must be > 0");
+        return v;
+    }
+    [[nodiscard]] std::int64_t positive(std::string_view key) const {
+        if (!has(key)) throw config_error(name(key), "missing", "this key is required here");
+        return positive(key, 0);
     }
 
     [[nodiscard]] bool boolean(std::string_view key, bool fallback) const {
@@ -168,13 +183,34 @@ struct family {
     std::int64_t default_head_dim = 0;  ///< 0: hidden_size / num_attention_heads
 };
 
-inline family family_of(const std::string& model_type, const reader& top) {
+/// Families whose HF modeling code rotates half-split pairs (rotate_half) or interleaved pairs.
+inline const std::set<std::string, std::less<>>& half_split_families() {
+    static const std::set<std::string, std::less<>> f{
+        "llama",   "mistral",   "mixtral", "ministral", "qwen2",  "qwen2_moe", "qwen3",     "qwen3_moe", "phi",
+        "phi3",    "phimoe",    "gemma",   "gemma2",    "gemma3", "gemma3_text", "gpt_neox", "falcon",   "starcoder2",
+        "olmo",    "olmo2",     "stablelm", "granite",  "granitemoe", "gpt_oss", "nemotron", "smollm3"};
+    return f;
+}
+inline const std::set<std::string, std::less<>>& interleaved_families() {
+    // GPT-J rotate_every_two; Llama-4 view_as_complex; Cohere and GLM rotate x[..., ::2] against x[..., 1::2].
+    static const std::set<std::string, std::less<>> f{"gptj", "llama4", "llama4_text", "cohere", "cohere2", "glm", "glm4"};
+    return f;
+}
+
+inline family family_of(const std::string& model_type, const reader& top, std::optional<rope_layout> layout) {
     family f;
-    if (model_type == "gptj") f.layout = rope_layout::interleaved;
-    if (model_type == "deepseek_v2" || model_type == "deepseek_v3")
+    if (model_type == "deepseek_v2" || model_type == "deepseek_v3") {
         // HF's DeepSeek applies rope to interleaved pairs (rope_interleave, default true), as the
         // original code's q_pe permutation does.
         f.layout = top.boolean("rope_interleave", true) ? rope_layout::interleaved : rope_layout::half_split;
+    } else if (interleaved_families().contains(model_type)) {
+        f.layout = rope_layout::interleaved;
+    } else if (!half_split_families().contains(model_type) && !layout) {
+        throw config_error("model_type", "\"" + model_type + "\"",
+                           "posenc does not know which lanes this family pairs; pass the layout explicitly "
+                           "(parse_config(config, layout), posenc-inspect --layout)");
+    }
+    if (layout) f.layout = *layout;
     if (model_type == "gemma3_text" || model_type == "gemma3") {
         f.rope_theta = 1'000'000.0;
         f.default_head_dim = 256;
@@ -183,16 +219,18 @@ inline family family_of(const std::string& model_type, const reader& top) {
 }
 
 inline std::int64_t head_dim_of(const std::string& model_type, const reader& top, const family& fam) {
-    if (model_type == "deepseek_v2" || model_type == "deepseek_v3") return top.integer("qk_rope_head_dim", 64);
+    if (model_type == "deepseek_v2" || model_type == "deepseek_v3") return top.positive("qk_rope_head_dim", 64);
     if (model_type == "gptj") {
-        const std::int64_t heads = top.integer("n_head", 16);
-        return top.integer("n_embd", 4096) / heads;
+        const std::int64_t heads = top.positive("n_head", 16);
+        const std::int64_t embd = top.positive("n_embd", 4096);
+        if (embd % heads != 0)
+            throw config_error(top.name("n_embd"), std::to_string(embd), "is not a multiple of n_head = " + std::to_string(heads));
+        return embd / heads;
     }
-    if (top.has("head_dim")) return top.integer("head_dim");
+    if (top.has("head_dim")) return top.positive("head_dim");
     if (fam.default_head_dim) return fam.default_head_dim;
-    const std::int64_t hidden = top.integer("hidden_size");
-    const std::int64_t heads = top.integer("num_attention_heads");
-    if (heads <= 0) throw config_error(top.name("num_attention_heads"), std::to_string(heads), "must be > 0");
+    const std::int64_t hidden = top.positive("hidden_size");
+    const std::int64_t heads = top.positive("num_attention_heads");
     if (hidden % heads != 0)
         throw config_error(top.name("hidden_size"), std::to_string(hidden),
                            "is not a multiple of num_attention_heads = " + std::to_string(heads));
@@ -225,6 +263,8 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
     std::string type = r.string("rope_type", r.string("type", "default"));
     if (r.has("type") && r.has("rope_type") && r.string("type", "") != type)
         throw config_error(r.name("type"), r.at("type").dump(), "disagrees with rope_type \"" + type + "\"");
+    if ((ctx.model_type == "phi3" || ctx.model_type == "phimoe") && (type == "su" || type == "yarn"))
+        type = "longrope";  // HF's Phi3Config renames these legacy names
 
     const double base = r.number("rope_theta", ctx.rope_theta);
     const double partial = r.number("partial_rotary_factor", ctx.partial_rotary_factor);
@@ -249,13 +289,17 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
     };
 
     if (type == "default") {
-        allow({});
+        allow({"factor"});
+        if (r.has("factor") && r.number("factor") != 1.0)
+            throw config_error(r.name("factor"), r.at("factor").dump(), "a default rope applies no factor; did you mean linear?");
         spec.schedule = default_rope{.base = base};
     } else if (type == "linear") {
         allow({"factor"});
         spec.schedule = linear{.base = base, .factor = r.number("factor")};
     } else if (type == "dynamic") {
-        allow({"factor"});
+        // HF accepts original_max_position_embeddings here but computes with max_position_embeddings;
+        // so does posenc.
+        allow({"factor", "original_max_position_embeddings"});
         spec.schedule = dynamic_ntk{.base = base, .factor = r.number("factor"),
                                     .original_max_position = require_max_positions(ctx, "max_position_embeddings")};
     } else if (type == "yarn") {
@@ -315,8 +359,10 @@ inline bool is_per_layer_type(const json& dict) {
 
 }  // namespace detail
 
-/// Reads a parsed config.json.
-[[nodiscard]] inline model_config parse_config(const nlohmann::json& config) {
+/// Reads a parsed config.json. The rotary layout comes from the model family; `layout` overrides it,
+/// and is required for a family posenc does not know.
+[[nodiscard]] inline model_config parse_config(const nlohmann::json& config,
+                                               std::optional<rope_layout> layout = std::nullopt) {
     using detail::reader;
     if (!config.is_object()) throw config_error("config", config.dump().substr(0, 40), "must be a JSON object");
     const nlohmann::json& text = config.contains("text_config") && config["text_config"].is_object()
@@ -330,7 +376,7 @@ inline bool is_per_layer_type(const json& dict) {
         out.model_type == "umt5" || falcon_alibi)
         throw config_error("model_type", out.model_type,
                            "uses no RoPE (ALiBi or T5 buckets): read it with posenc/hf/encoding.hpp");
-    const auto fam = detail::family_of(out.model_type, top);
+    const auto fam = detail::family_of(out.model_type, top, layout);
 
     detail::rope_context ctx;
     ctx.model_type = out.model_type;
@@ -343,7 +389,7 @@ inline bool is_per_layer_type(const json& dict) {
         ctx.partial_rotary_factor = top.number("rotary_pct", 0.25);
     else
         ctx.partial_rotary_factor = top.number("partial_rotary_factor", 1.0);
-    if (out.model_type == "gptj") ctx.gptj_rotary_dim = top.integer("rotary_dim", 64);
+    if (out.model_type == "gptj") ctx.gptj_rotary_dim = top.positive("rotary_dim", 64);
     ctx.max_position_embeddings = top.integer("max_position_embeddings", out.model_type == "gptj" ? top.integer("n_positions", 2048) : 0);
     if (top.has("original_max_position_embeddings"))
         ctx.top_level_original = top.integer("original_max_position_embeddings");
@@ -403,8 +449,9 @@ inline nlohmann::json read_json(const std::filesystem::path& path) {
 }  // namespace detail
 
 /// Reads a config.json file. Unreadable or malformed JSON throws config_error naming the file.
-[[nodiscard]] inline model_config load_config(const std::filesystem::path& path) {
-    return parse_config(detail::read_json(path));
+[[nodiscard]] inline model_config load_config(const std::filesystem::path& path,
+                                              std::optional<rope_layout> layout = std::nullopt) {
+    return parse_config(detail::read_json(path), layout);
 }
 
 }  // namespace posenc::hf

@@ -38,7 +38,8 @@ inline std::size_t positive_count(const reader& r, std::string_view key, std::in
 
 }  // namespace detail
 
-[[nodiscard]] inline position_encoding parse_position_encoding(const nlohmann::json& config) {
+[[nodiscard]] inline position_encoding parse_position_encoding(const nlohmann::json& config,
+                                                             std::optional<rope_layout> layout = std::nullopt) {
     if (!config.is_object()) return parse_config(config);  // reports the error
     const detail::reader top(config, "");
     const std::string type = top.string("model_type", "");
@@ -80,11 +81,12 @@ inline std::size_t positive_count(const reader& r, std::string_view key, std::in
         }
         return m;
     }
-    return parse_config(config);
+    return parse_config(config, layout);
 }
 
-[[nodiscard]] inline position_encoding load_position_encoding(const std::filesystem::path& path) {
-    return parse_position_encoding(detail::read_json(path));
+[[nodiscard]] inline position_encoding load_position_encoding(const std::filesystem::path& path,
+                                                            std::optional<rope_layout> layout = std::nullopt) {
+    return parse_position_encoding(detail::read_json(path), layout);
 }
 
 }  // namespace posenc::hf

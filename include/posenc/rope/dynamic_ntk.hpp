@@ -18,7 +18,7 @@ struct dynamic_ntk {
 
     double base = 10000.0;
     double factor = 1.0;
-    std::int64_t original_max_position = 2048;  ///< L₀, HF max_position_embeddings
+    std::int64_t original_max_position = 0;  ///< L₀, required (HF max_position_embeddings)
 
     void validate() const {
         detail::require_base(base);

@@ -58,7 +58,7 @@ inline void require_factor(double factor, std::string_view key = "factor") {
 }
 
 inline void require_length(std::int64_t length, std::string_view key) {
-    require(length > 0, key, length, "must be > 0");
+    require(length > 0, key, length, "must be > 0 (the context length the model was trained with; no default)");
 }
 
 /// base^(-2i/d) for i < d/2, as 1 / base^(2i/d) (HF's expression, evaluated in double).

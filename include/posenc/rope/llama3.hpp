@@ -11,11 +11,11 @@ namespace posenc {
 struct llama3 {
     static constexpr std::string_view rope_type = "llama3";
 
-    double base = 500000.0;
-    double factor = 8.0;
+    double base = 10000.0;
+    double factor = 1.0;  ///< Llama-3.1: base 500000, factor 8, low 1, high 4, original 8192
     double low_freq_factor = 1.0;
     double high_freq_factor = 4.0;
-    std::int64_t original_max_position = 8192;  ///< HF original_max_position_embeddings
+    std::int64_t original_max_position = 0;  ///< L₀, required (HF original_max_position_embeddings)
 
     void validate() const {
         detail::require_base(base);

@@ -17,7 +17,7 @@ struct longrope {
     double base = 10000.0;
     std::vector<double> short_factor{};  ///< rotary_dim/2 rescale factors, used for L ≤ L₀
     std::vector<double> long_factor{};  ///< rotary_dim/2 rescale factors, used for L > L₀
-    std::int64_t original_max_position = 4096;  ///< L₀
+    std::int64_t original_max_position = 0;  ///< L₀, required
     double factor = 1.0;  ///< context extension s (Phi-3: max_position_embeddings / L₀); only sets the amplitude
     std::optional<double> attention_factor = std::nullopt;
 

@@ -20,7 +20,7 @@ struct ntk_by_parts {
 
     double base = 10000.0;
     double factor = 1.0;
-    std::int64_t original_max_position = 2048;  ///< L₀
+    std::int64_t original_max_position = 0;     ///< L₀, required
     double alpha = 1.0;                          ///< below α turns: interpolate
     double beta = 32.0;                          ///< above β turns: extrapolate
 

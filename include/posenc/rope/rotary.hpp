@@ -54,14 +54,16 @@ public:
     void set_threads(unsigned n) noexcept { threads_ = n ? n : 1; }
     [[nodiscard]] unsigned threads() const noexcept { return threads_; }
 
-    /// cos/sin for positions 0..positions-1.
+    /// cos/sin for positions 0..positions-1, from this rotary's frequencies: for dynamic_ntk and
+    /// longrope those of the seq_len given to the constructor, whatever `positions` is.
     [[nodiscard]] cos_sin_table table(std::int64_t positions) const { return cos_sin_table(freq_, positions); }
 
     // ---- angles computed per token: any integer position, negative ones included -------------------
     void apply(heads_view<float> x, position_ids pos, rotation dir = rotation::forward) const {
         apply(x, {}, pos, dir);
     }
-    /// dir = rotation::inverse undoes a forward call exactly (rotation by −θ, amplitude divided out).
+    /// dir = rotation::inverse undoes a forward call (rotation by −θ, amplitude divided out), to
+    /// float rounding.
     void apply(heads_view<float> q, heads_view<float> k, position_ids pos, rotation dir = rotation::forward) const {
         execute(make_job(q, k, pos, dir, nullptr));
     }

@@ -25,7 +25,7 @@ struct yarn {
 
     double base = 10000.0;
     double factor = 1.0;
-    std::int64_t original_max_position = 4096;  ///< HF original_max_position_embeddings
+    std::int64_t original_max_position = 0;  ///< L₀, required (HF original_max_position_embeddings)
     double beta_fast = 32.0;
     double beta_slow = 1.0;
     bool truncate = true;  ///< floor/ceil the correction range (gpt-oss sets false)
