@@ -115,8 +115,9 @@ struct sinusoidal {
     void add_to(std::span<float> embeddings, const position_ids& positions, std::size_t row_stride = 0) const {
         const auto w = frequencies();
         const std::size_t stride = row_stride ? row_stride : d_model;
-        detail::require(stride >= d_model, "row_stride", stride,
-                        "must be >= d_model = " + detail::to_text(d_model) + " (rows would overlap)");
+        if (stride < d_model)
+            throw config_error("row_stride", detail::to_text(stride),
+                               "must be >= d_model = " + detail::to_text(d_model) + " (rows would overlap)");
         const std::size_t tokens = positions.size();
         if (tokens == 0) return;
         const std::size_t extent = detail::checked_extent(tokens, stride, d_model, "embeddings extent");
@@ -136,8 +137,9 @@ struct sinusoidal {
 private:
     void check_width(std::size_t size, std::string_view what) const {
         validate();
-        detail::require(size == d_model, std::string(what) + ".size", size,
-                        "must equal d_model = " + detail::to_text(d_model));
+        if (size != d_model)
+            throw config_error(std::string(what) + ".size", detail::to_text(size),
+                               "must equal d_model = " + detail::to_text(d_model));
     }
 
     /// One row in double, from the frequencies w.

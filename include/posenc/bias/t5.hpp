@@ -62,9 +62,10 @@ struct t5_buckets {
                                       : "must be >= 2");
         detail::require(!bidirectional || num_buckets % 2 == 0, "num_buckets", num_buckets,
                         "must be even when bidirectional (half the buckets for each direction)");
-        detail::require(max_distance > exact_range(), "max_distance", max_distance,
-                        "must exceed the exact range num_buckets" + std::string(bidirectional ? "/4" : "/2") +
-                            " = " + detail::to_text(exact_range()));
+        if (max_distance <= exact_range())  // (message built only on failure: bucket() validates per call)
+            throw config_error("max_distance", detail::to_text(max_distance),
+                               "must exceed the exact range num_buckets" + std::string(bidirectional ? "/4" : "/2") +
+                                   " = " + detail::to_text(exact_range()));
     }
 
     /// HF's bucket of relative position `relative_position` = key − query. Validates first.

@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cstddef>
+#include <string>
+#include <string_view>
 
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
@@ -25,5 +27,17 @@ struct rotate_job {
 
     [[nodiscard]] std::size_t pairs() const noexcept { return rotary_dim / 2; }
 };
+
+/// A Q or K view for a call: head_dim as the encoding's, one token per position. Builds its
+/// messages only on failure (it runs on every call).
+inline void require_view(const heads_view<float>& v, std::string_view name, std::size_t tokens, std::size_t head_dim) {
+    if (v.empty()) return;
+    if (v.head_dim() != head_dim)
+        throw config_error(std::string(name) + ".head_dim", to_text(v.head_dim()),
+                           "must equal the encoding's head_dim = " + to_text(head_dim));
+    if (v.tokens() != tokens)
+        throw config_error(std::string(name) + ".tokens", to_text(v.tokens()),
+                           "must equal the number of positions = " + to_text(tokens));
+}
 
 }  // namespace posenc::detail

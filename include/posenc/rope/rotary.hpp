@@ -110,15 +110,8 @@ private:
         return v.empty() || (v.head_dim() == dims_.head_dim && v.tokens() == pos.size());
     }
 
-    // Hot path (every apply): build the messages only on failure.
     void require_view(const heads_view<float>& v, std::string_view name, std::size_t tokens) const {
-        if (v.empty()) return;
-        if (v.head_dim() != dims_.head_dim)
-            throw config_error(std::string(name) + ".head_dim", detail::to_text(v.head_dim()),
-                               "must equal the rotary's head_dim = " + detail::to_text(dims_.head_dim));
-        if (v.tokens() != tokens)
-            throw config_error(std::string(name) + ".tokens", detail::to_text(v.tokens()),
-                               "must equal the number of positions = " + detail::to_text(tokens));
+        detail::require_view(v, name, tokens, dims_.head_dim);
     }
 
     void check_table(const cos_sin_table& table) const {

@@ -156,11 +156,7 @@ private:
     }
 
     void require_view(const heads_view<float>& v, std::string_view name, std::size_t tokens) const {
-        if (v.empty()) return;
-        detail::require(v.head_dim() == dims_.head_dim, std::string(name) + ".head_dim", v.head_dim(),
-                        "must equal the xPos head_dim = " + detail::to_text(dims_.head_dim));
-        detail::require(v.tokens() == tokens, std::string(name) + ".tokens", v.tokens(),
-                        "must equal the number of positions = " + detail::to_text(tokens));
+        detail::require_view(v, name, tokens, dims_.head_dim);
     }
 
     void run(heads_view<float> x, const position_ids& pos, xpos_role role) const {
