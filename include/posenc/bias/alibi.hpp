@@ -30,6 +30,7 @@
 
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
+#include "posenc/detail/score_row.hpp"
 #include "posenc/core/positions.hpp"
 
 namespace posenc {
@@ -129,10 +130,7 @@ public:
     /// Throws range_error if head ≥ heads() or keys.size() ≠ scores.size().
     void add_to_scores(std::size_t head, std::int64_t query_pos, const position_ids& keys,
                        std::span<float> scores) const {
-        check_head(head);
-        if (keys.size() != scores.size())
-            throw range_error("posenc: " + detail::to_text(keys.size()) + " key positions for " +
-                              detail::to_text(scores.size()) + " scores");
+        detail::check_score_row("ALiBi", head, params_.heads, keys, scores);
         if (scores.empty()) return;
         const double m = slopes_[head];
         const bool causal = params_.form == alibi_form::causal;
