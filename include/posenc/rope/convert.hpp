@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "posenc/core/errors.hpp"
+#include "posenc/detail/checked_size.hpp"
 #include "posenc/rope/frequencies.hpp"
 
 namespace posenc {
@@ -32,8 +33,10 @@ void permute_head_rows(std::span<T> weight, std::size_t heads, const rope_dims& 
                        bool to_half_split) {
     dims.validate();
     require(cols > 0, "cols", cols, "must be > 0");
-    require(weight.size() == heads * dims.head_dim * cols, "weight.size", weight.size(),
-            "must equal heads × head_dim × cols = " + to_text(heads * dims.head_dim * cols));
+    // Checked: a wrapped-around product could equal weight.size() and send the copies past its end.
+    const std::size_t expected = checked_mul(checked_mul(heads, dims.head_dim, "weight rows"), cols, "weight size");
+    require(weight.size() == expected, "weight.size", weight.size(),
+            "must equal heads × head_dim × cols = " + to_text(expected));
     const std::size_t r = dims.rotary();
     std::vector<T> head(r * cols);
     for (std::size_t h = 0; h < heads; ++h) {
