@@ -27,7 +27,11 @@ struct rope_dims {
     [[nodiscard]] static rope_dims partial(std::size_t head_dim, double partial_rotary_factor) {
         detail::require(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0,
                         "partial_rotary_factor", partial_rotary_factor, "must be in (0, 1]");
-        return {head_dim, static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor)};
+        const auto rotary = static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+        // rotary_dim 0 would mean "all of head_dim": a factor that truncates to 0 lanes is an error.
+        detail::require(rotary > 0 || head_dim == 0, "partial_rotary_factor", partial_rotary_factor,
+                        "gives rotary_dim = 0 for head_dim = " + detail::to_text(head_dim));
+        return {head_dim, rotary};
     }
 
     void validate() const {
@@ -71,11 +75,11 @@ inline std::size_t first_bad_inv_freq(const std::vector<double>& inv) noexcept {
     return inv.size();
 }
 
-/// The cos/sin amplitude must be a normal float, so that a·cos and a·sin stored as float are finite.
+/// The cos/sin amplitude lies in [2^-64, 2^64]: rotated values of any float input that is not itself
+/// near overflow stay finite, and so does the inverse's 1/a² (every real schedule gives about 1–2).
 inline void require_amplitude(double amplitude, std::string_view key) {
-    require(amplitude >= static_cast<double>(std::numeric_limits<float>::min()) &&
-                amplitude <= static_cast<double>(std::numeric_limits<float>::max()),
-            key, amplitude, "gives a cos/sin amplitude outside float's normal range");
+    require(amplitude >= 0x1p-64 && amplitude <= 0x1p64, key, amplitude,
+            "gives a cos/sin amplitude outside [2^-64, 2^64]");
 }
 
 /// Every schedule's result passes here: usable inverse frequencies and amplitude, or a config_error
