@@ -136,15 +136,19 @@ TEST_CASE("hardening: a config nested 70000 levels deep is rejected at depth 64,
 }
 
 TEST_CASE("hardening: a deep value built in code is echoed shortly, never dumped recursively", "[hf][hardening]") {
+    // (Moved into place, never copied: nlohmann's copy is itself recursive.)
     const json d = deep_json(deep);
     expect_config_error([&] { (void)posenc::hf::parse_config(d); }, "config", "[[[[");
     json c = llama;
-    c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}, {"bogus", d}};
+    c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+    c["rope_scaling"]["bogus"] = deep_json(deep);
     expect_config_error([&] { (void)posenc::hf::parse_config(c); }, "rope_scaling.bogus", "...");
     c = llama;
-    c["layer_types"] = json::array({d});
+    c["layer_types"] = json::array();
+    c["layer_types"].push_back(deep_json(deep));
     expect_config_error([&] { (void)posenc::hf::parse_config(c); }, "layer_types", "[[[");
-    c = {{"model_type", "mpt"}, {"attn_config", d}};
+    c = {{"model_type", "mpt"}};
+    c["attn_config"] = deep_json(deep);
     expect_config_error([&] { (void)posenc::hf::parse_position_encoding(c); }, "attn_config");
 }
 
