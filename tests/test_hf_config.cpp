@@ -224,7 +224,7 @@ TEST_CASE("bad configs name the offending key", "[hf][errors]") {
     expect_config_error([&] { (void)posenc::hf::parse_config(with({{"rope_theta", 1.0}})); }, "rope_theta");
     expect_config_error([&] { (void)posenc::hf::parse_config(with({{"rope_theta", "big"}})); }, "rope_theta");
     expect_config_error([&] { (void)posenc::hf::parse_config(with({{"partial_rotary_factor", 0.25}, {"head_dim", 100}})); },
-                     "rotary_dim");  // int(100 × 0.25) = 25 is odd
+                     "partial_rotary_factor", "25");  // int(100 × 0.25) = 25 is odd: named by the key in the file
     expect_config_error([&] { (void)posenc::hf::parse_config(with({{"hidden_size", 4000}, {"num_attention_heads", 48}})); },
                      "hidden_size");
     expect_config_error([&] { (void)posenc::hf::parse_config(json{{"model_type", "llama"}}); }, "hidden_size");

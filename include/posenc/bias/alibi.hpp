@@ -43,7 +43,9 @@ namespace detail {
 inline void require_alibi_heads(std::size_t heads) { require(heads > 0, "heads", heads, "must be > 0"); }
 
 inline void require_max_bias(double max_bias) {
-    require(std::isfinite(max_bias) && max_bias > 0.0, "max_bias", max_bias, "must be finite and > 0");
+    // The smallest slope is about 2^(−max_bias): beyond 1000 it would underflow to 0 (or a denormal).
+    require(std::isfinite(max_bias) && max_bias > 0.0 && max_bias <= 1000.0, "max_bias", max_bias,
+            "must be finite, > 0 and <= 1000 (so that every slope is a normal double)");
 }
 
 /// Slope of head `head` (0-based) of `heads`, unchecked.

@@ -17,19 +17,57 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+namespace detail {
+
+/// `text` made safe for a one-line message: control characters (NUL, newline, …) become \xNN, and
+/// text longer than `max_bytes` is cut at a UTF-8 boundary and marked "... (N bytes)". Short text that is
+/// already escaped passes through unchanged.
+inline std::string one_line(std::string_view text, std::size_t max_bytes = 200) {
+    std::size_t cut = text.size();
+    if (cut > max_bytes) {
+        cut = max_bytes;
+        while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+    }
+    std::string out;
+    out.reserve(cut + 24);
+    static constexpr char hex[] = "0123456789abcdef";
+    for (std::size_t i = 0; i < cut; ++i) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        if (c < 0x20 || c == 0x7f) {
+            out += "\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    if (cut < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
+    return out;
+}
+
+}  // namespace detail
+
 /// An invalid parameter or configuration entry. `key()` is the field name as the user spelled it
 /// (HF's key where there is one, e.g. "rope_scaling.factor"); `value()` the offending value as text.
 class config_error : public error {
 public:
-    config_error(std::string key, std::string value, std::string_view why)
-        : error("posenc: invalid " + key + " = " + value + ": " + std::string(why)),
-          key_(std::move(key)), value_(std::move(value)), why_(why) {}
+    /// Every part is passed through detail::one_line: whatever a config holds, the message is one
+    /// bounded line (a NUL or newline in a key cannot cut or split it).
+    config_error(std::string_view key, std::string_view value, std::string_view why)
+        : config_error(parts{detail::one_line(key), detail::one_line(value), detail::one_line(why, 400)}) {}
 
     [[nodiscard]] const std::string& key() const noexcept { return key_; }
     [[nodiscard]] const std::string& value() const noexcept { return value_; }
     [[nodiscard]] const std::string& why() const noexcept { return why_; }
 
 private:
+    struct parts {
+        std::string key, value, why;
+    };
+    explicit config_error(parts p)
+        : error("posenc: invalid " + p.key + " = " + p.value + ": " + p.why),
+          key_(std::move(p.key)), value_(std::move(p.value)), why_(std::move(p.why)) {}
+
     std::string key_;
     std::string value_;
     std::string why_;

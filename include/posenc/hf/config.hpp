@@ -83,9 +83,102 @@ struct model_config {
     }
 };
 
+/// Sizes a config may ask for. They bound the work and memory that reading a config, and building
+/// what it describes, can cost; every released model is far inside them. A value outside throws
+/// config_error naming the key as written in the file.
+struct limits {
+    static constexpr std::int64_t head_dim = 65536;              ///< head_dim, qk_rope_head_dim, rotary_dim, hidden_size / heads
+    static constexpr std::int64_t hidden_size = 1 << 24;         ///< hidden_size, n_embd
+    static constexpr std::int64_t heads = 65536;                 ///< num_attention_heads, n_head, n_heads, num_heads
+    static constexpr std::int64_t layers = 65536;                ///< num_hidden_layers, entries of layer_types
+    static constexpr std::int64_t positions = std::int64_t{1} << 31;  ///< max_position_embeddings, original_…, n_positions, relative_attention_max_distance
+    static constexpr std::int64_t buckets = 65536;               ///< relative_attention_num_buckets
+    static constexpr int depth = 64;                             ///< nesting of JSON arrays and objects
+    static constexpr std::size_t file_bytes = std::size_t{64} << 20;  ///< size of a config file or string
+};
+
 namespace detail {
 
 using nlohmann::json;
+using posenc::detail::to_text;
+
+/// Appends `s` as a quoted JSON-like string, stopping once `out` reaches `limit` bytes.
+inline void append_quoted(std::string& out, std::string_view s, std::size_t limit) {
+    out += '"';
+    for (const char ch : s) {
+        if (out.size() >= limit) return;
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += ch;
+        } else if (c < 0x20 || c == 0x7f) {
+            static constexpr char hex[] = "0123456789abcdef";
+            out += "\\x";
+            out += hex[c >> 4];
+            out += hex[c & 15];
+        } else {
+            out += ch;
+        }
+    }
+    out += '"';
+}
+
+/// Appends a compact rendering of `v`, stopping once `out` reaches `limit` bytes. Each nesting level
+/// appends a bracket first, so the recursion is at most `limit` deep whatever the depth of `v`.
+inline void append_short(std::string& out, const json& v, std::size_t limit) {
+    if (out.size() >= limit) return;
+    switch (v.type()) {
+        case json::value_t::object: {
+            out += '{';
+            bool first = true;
+            for (auto it = v.begin(); it != v.end() && out.size() < limit; ++it, first = false) {
+                if (!first) out += ", ";
+                append_quoted(out, it.key(), limit);
+                out += ": ";
+                append_short(out, it.value(), limit);
+            }
+            out += '}';
+            return;
+        }
+        case json::value_t::array: {
+            out += '[';
+            bool first = true;
+            for (auto it = v.begin(); it != v.end() && out.size() < limit; ++it, first = false) {
+                if (!first) out += ", ";
+                append_short(out, *it, limit);
+            }
+            out += ']';
+            return;
+        }
+        case json::value_t::string: append_quoted(out, v.get_ref<const std::string&>(), limit); return;
+        case json::value_t::boolean: out += v.get<bool>() ? "true" : "false"; return;
+        case json::value_t::number_integer: out += to_text(v.get<std::int64_t>()); return;
+        case json::value_t::number_unsigned: out += to_text(v.get<std::uint64_t>()); return;
+        case json::value_t::number_float: out += to_text(v.get<double>()); return;
+        case json::value_t::null: out += "null"; return;
+        default: out += "<binary>"; return;
+    }
+}
+
+/// The one way a config value is echoed into a message: at most ~80 characters, escaped (no NUL,
+/// newline or control character survives), never a recursive dump() of the whole value.
+inline std::string describe(const json& v) {
+    constexpr std::size_t limit = 80;
+    std::string out;
+    append_short(out, v, limit + 1);
+    if (out.size() <= limit) return out;
+    std::size_t cut = limit;
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
+    out.resize(cut);
+    out += "...";
+    if (v.is_string()) out += " (string of " + to_text(v.get_ref<const std::string&>().size()) + " bytes)";
+    if (v.is_array()) out += " (array of " + to_text(v.size()) + ")";
+    if (v.is_object()) out += " (object of " + to_text(v.size()) + " keys)";
+    return out;
+}
+
+/// A string from the config (model_type, rope_type, a layer type) as describe() echoes it.
+inline std::string echo_string(std::string_view s) { return describe(json(std::string(s))); }
 
 /// Reads typed values out of one JSON object, naming keys as "prefix.key" in errors.
 class reader {
@@ -97,6 +190,7 @@ public:
     }
     /// Present and not null (HF treats null as "not set").
     [[nodiscard]] bool has(std::string_view key) const {
+        if (!obj_.is_object()) return false;
         const auto it = obj_.find(key);
         return it != obj_.end() && !it->is_null();
     }
@@ -105,58 +199,74 @@ public:
         return *obj_.find(key);
     }
 
+    /// A finite number (JSON integers included).
     [[nodiscard]] double number(std::string_view key) const {
         const json& v = at(key);
-        if (!v.is_number()) throw config_error(name(key), v.dump(), "must be a number");
-        return v.get<double>();
+        if (!v.is_number()) throw config_error(name(key), describe(v), "must be a number");
+        const double d = v.get<double>();
+        if (!std::isfinite(d)) throw config_error(name(key), describe(v), "must be a finite number");
+        return d;
     }
     [[nodiscard]] double number(std::string_view key, double fallback) const { return has(key) ? number(key) : fallback; }
     [[nodiscard]] std::optional<double> optional_number(std::string_view key) const {
         return has(key) ? std::optional<double>(number(key)) : std::nullopt;
     }
 
-    [[nodiscard]] std::int64_t integer(std::string_view key) const {
+    /// The one integer reader: an integer (or an integral float) in [lo, hi]. Unsigned values beyond
+    /// int64 and floats beyond the range are errors, never wrapped or rounded into range.
+    [[nodiscard]] std::int64_t integer(std::string_view key, std::int64_t lo, std::int64_t hi) const {
         const json& v = at(key);
-        if (v.is_number_integer()) return v.get<std::int64_t>();
-        if (v.is_number_float() && std::trunc(v.get<double>()) == v.get<double>() && std::abs(v.get<double>()) < 9e15)
-            return static_cast<std::int64_t>(v.get<double>());
-        throw config_error(name(key), v.dump(), "must be an integer");
+        auto out_of_range = [&] {
+            return config_error(name(key), describe(v),
+                                "must be an integer in [" + to_text(lo) + ", " + to_text(hi) + "]");
+        };
+        if (v.is_number_unsigned()) {
+            const std::uint64_t u = v.get<std::uint64_t>();
+            if (hi < 0 || u > static_cast<std::uint64_t>(hi) || static_cast<std::int64_t>(u) < lo) throw out_of_range();
+            return static_cast<std::int64_t>(u);
+        }
+        if (v.is_number_integer()) {
+            const std::int64_t i = v.get<std::int64_t>();
+            if (i < lo || i > hi) throw out_of_range();
+            return i;
+        }
+        if (v.is_number_float()) {
+            const double d = v.get<double>();
+            // [lo, hi] is inside ±2^53 for every key posenc reads, so the comparison is exact.
+            if (!(std::trunc(d) == d && d >= static_cast<double>(lo) && d <= static_cast<double>(hi))) throw out_of_range();
+            return static_cast<std::int64_t>(d);
+        }
+        throw out_of_range();
     }
-    [[nodiscard]] std::int64_t integer(std::string_view key, std::int64_t fallback) const {
-        return has(key) ? integer(key) : fallback;
-    }
-
-    /// A count or size (head_dim, heads, …): an integer > 0.
-    [[nodiscard]] std::int64_t positive(std::string_view key, std::int64_t fallback) const {
-        const std::int64_t v = integer(key, fallback);
-        if (v <= 0) throw config_error(name(key), std::to_string(v), "must be > 0");
-        return v;
-    }
-    [[nodiscard]] std::int64_t positive(std::string_view key) const {
-        if (!has(key)) throw config_error(name(key), "missing", "this key is required here");
-        return positive(key, 0);
+    [[nodiscard]] std::int64_t integer(std::string_view key, std::int64_t lo, std::int64_t hi, std::int64_t fallback) const {
+        return has(key) ? integer(key, lo, hi) : fallback;
     }
 
     [[nodiscard]] bool boolean(std::string_view key, bool fallback) const {
         if (!has(key)) return fallback;
         const json& v = at(key);
-        if (!v.is_boolean()) throw config_error(name(key), v.dump(), "must be true or false");
+        if (!v.is_boolean()) throw config_error(name(key), describe(v), "must be true or false");
         return v.get<bool>();
     }
 
     [[nodiscard]] std::string string(std::string_view key, std::string fallback) const {
         if (!has(key)) return fallback;
         const json& v = at(key);
-        if (!v.is_string()) throw config_error(name(key), v.dump(), "must be a string");
+        if (!v.is_string()) throw config_error(name(key), describe(v), "must be a string");
         return v.get<std::string>();
     }
 
-    [[nodiscard]] std::vector<double> numbers(std::string_view key) const {
+    /// A list of finite numbers, at most `max_size` long.
+    [[nodiscard]] std::vector<double> numbers(std::string_view key, std::size_t max_size) const {
         const json& v = at(key);
-        if (!v.is_array()) throw config_error(name(key), v.dump(), "must be a list of numbers");
+        if (!v.is_array()) throw config_error(name(key), describe(v), "must be a list of numbers");
+        if (v.size() > max_size)
+            throw config_error(name(key), describe(v), "has more than " + to_text(max_size) + " entries");
         std::vector<double> out;
+        out.reserve(v.size());
         for (const json& x : v) {
-            if (!x.is_number()) throw config_error(name(key), x.dump(), "must contain only numbers");
+            if (!x.is_number() || !std::isfinite(x.get<double>()))
+                throw config_error(name(key), describe(x), "must contain only finite numbers");
             out.push_back(x.get<double>());
         }
         return out;
@@ -165,8 +275,8 @@ public:
     void allow_only(const std::set<std::string, std::less<>>& keys, std::string_view rope_type) const {
         for (const auto& [k, v] : obj_.items())
             if (!keys.contains(k))
-                throw config_error(name(k), v.dump(),
-                                   "unknown key for rope_type \"" + std::string(rope_type) + "\" (posenc ignores nothing)");
+                throw config_error(name(k), describe(v),
+                                   "unknown key for rope_type " + echo_string(rope_type) + " (posenc ignores nothing)");
     }
 
     [[nodiscard]] const json& object() const noexcept { return obj_; }
@@ -206,7 +316,7 @@ inline family family_of(const std::string& model_type, const reader& top, std::o
     } else if (interleaved_families().contains(model_type)) {
         f.layout = rope_layout::interleaved;
     } else if (!half_split_families().contains(model_type) && !layout) {
-        throw config_error("model_type", "\"" + model_type + "\"",
+        throw config_error(top.name("model_type"), echo_string(model_type),
                            "posenc does not know which lanes this family pairs; pass the layout explicitly "
                            "(parse_config(config, layout), posenc-inspect --layout)");
     }
@@ -218,62 +328,94 @@ inline family family_of(const std::string& model_type, const reader& top, std::o
     return f;
 }
 
-inline std::int64_t head_dim_of(const std::string& model_type, const reader& top, const family& fam) {
-    if (model_type == "deepseek_v2" || model_type == "deepseek_v3") return top.positive("qk_rope_head_dim", 64);
+/// head_dim and the key it was read from (for errors about it).
+struct head_size {
+    std::int64_t value = 0;
+    std::string key;
+};
+
+inline head_size head_dim_of(const std::string& model_type, const reader& top, const family& fam) {
+    if (model_type == "deepseek_v2" || model_type == "deepseek_v3")
+        return {top.integer("qk_rope_head_dim", 1, limits::head_dim, 64), top.name("qk_rope_head_dim")};
     if (model_type == "gptj") {
-        const std::int64_t heads = top.positive("n_head", 16);
-        const std::int64_t embd = top.positive("n_embd", 4096);
+        const std::int64_t heads = top.integer("n_head", 1, limits::heads, 16);
+        const std::int64_t embd = top.integer("n_embd", 1, limits::hidden_size, 4096);
         if (embd % heads != 0)
-            throw config_error(top.name("n_embd"), std::to_string(embd), "is not a multiple of n_head = " + std::to_string(heads));
-        return embd / heads;
+            throw config_error(top.name("n_embd"), to_text(embd), "is not a multiple of n_head = " + to_text(heads));
+        if (embd / heads > limits::head_dim)
+            throw config_error(top.name("n_embd"), to_text(embd),
+                               "gives head_dim " + to_text(embd / heads) + " > " + to_text(limits::head_dim));
+        return {embd / heads, top.name("n_embd")};
     }
-    if (top.has("head_dim")) return top.positive("head_dim");
-    if (fam.default_head_dim) return fam.default_head_dim;
-    const std::int64_t hidden = top.positive("hidden_size");
-    const std::int64_t heads = top.positive("num_attention_heads");
+    if (top.has("head_dim")) return {top.integer("head_dim", 1, limits::head_dim), top.name("head_dim")};
+    if (fam.default_head_dim) return {fam.default_head_dim, top.name("head_dim")};
+    const std::int64_t hidden = top.integer("hidden_size", 1, limits::hidden_size);
+    const std::int64_t heads = top.integer("num_attention_heads", 1, limits::heads);
     if (hidden % heads != 0)
-        throw config_error(top.name("hidden_size"), std::to_string(hidden),
-                           "is not a multiple of num_attention_heads = " + std::to_string(heads));
-    return hidden / heads;
+        throw config_error(top.name("hidden_size"), to_text(hidden),
+                           "is not a multiple of num_attention_heads = " + to_text(heads));
+    if (hidden / heads > limits::head_dim)
+        throw config_error(top.name("hidden_size"), to_text(hidden),
+                           "gives head_dim " + to_text(hidden / heads) + " > " + to_text(limits::head_dim));
+    return {hidden / heads, top.name("hidden_size")};
 }
 
-/// The context the rope dict is read in: everything outside it that its schedule may need.
+/// The context the rope dict is read in: everything outside it that its schedule may need, and the
+/// key each value was read from, so that an error names the key as written in the file.
 struct rope_context {
     std::string model_type;
     std::int64_t head_dim = 0;
+    std::string head_dim_key = "head_dim";
     double rope_theta = 10000.0;                  ///< top-level (or family default)
     std::string rope_theta_key = "rope_theta";    ///< where rope_theta came from, for errors
     double partial_rotary_factor = 1.0;           ///< top-level (or family rule)
+    std::string partial_key = "partial_rotary_factor";  ///< GPT-NeoX: rotary_pct
     std::int64_t max_position_embeddings = 0;     ///< 0 when absent
+    std::string max_positions_key = "max_position_embeddings";
     std::optional<std::int64_t> top_level_original;  ///< Phi-3's top-level original_max_position_embeddings
+    std::string top_level_original_key = "original_max_position_embeddings";
     rope_layout layout = rope_layout::half_split;
     std::int64_t gptj_rotary_dim = 0;             ///< GPT-J's rotary_dim, when set
+    std::string rotary_dim_key = "rotary_dim";
 };
 
 inline std::int64_t require_max_positions(const rope_context& ctx, const std::string& for_key) {
     if (ctx.max_position_embeddings <= 0)
-        throw config_error(for_key, "missing", "needed, and max_position_embeddings is absent too");
+        throw config_error(for_key, "missing", "needed, and " + ctx.max_positions_key + " is absent too");
     return ctx.max_position_embeddings;
 }
 
 inline rope_spec read_rope(const json& dict, const std::string& prefix, const rope_context& ctx) {
     const reader r(dict, prefix);
-    if (!dict.is_object()) throw config_error(prefix, dict.dump(), "must be an object");
+    if (!dict.is_object()) throw config_error(prefix, describe(dict), "must be an object");
     // rope_type (v5, v4) or type (older v4); both may be present and then must agree.
     std::string type = r.string("rope_type", r.string("type", "default"));
     if (r.has("type") && r.has("rope_type") && r.string("type", "") != type)
-        throw config_error(r.name("type"), r.at("type").dump(), "disagrees with rope_type \"" + type + "\"");
+        throw config_error(r.name("type"), describe(r.at("type")), "disagrees with rope_type " + echo_string(type));
     if ((ctx.model_type == "phi3" || ctx.model_type == "phimoe") && (type == "su" || type == "yarn"))
         type = "longrope";  // HF's Phi3Config renames these legacy names
 
     const double base = r.number("rope_theta", ctx.rope_theta);
     const double partial = r.number("partial_rotary_factor", ctx.partial_rotary_factor);
+    const std::string partial_key = r.has("partial_rotary_factor") ? r.name("partial_rotary_factor") : ctx.partial_key;
+    // The key a bad rotary width is reported under: GPT-J's rotary_dim, else what it was derived from.
+    const std::string rotary_key = ctx.gptj_rotary_dim ? ctx.rotary_dim_key
+                                   : partial != 1.0    ? partial_key
+                                                       : ctx.head_dim_key;
     rope_spec spec;
     spec.layout = ctx.layout;
-    spec.dims = ctx.gptj_rotary_dim
-                    ? rope_dims{static_cast<std::size_t>(ctx.head_dim), static_cast<std::size_t>(ctx.gptj_rotary_dim)}
-                    : rope_dims::partial(static_cast<std::size_t>(ctx.head_dim), partial);
-    spec.dims.validate();
+    try {
+        spec.dims = ctx.gptj_rotary_dim
+                        ? rope_dims{static_cast<std::size_t>(ctx.head_dim), static_cast<std::size_t>(ctx.gptj_rotary_dim)}
+                        : rope_dims::partial(static_cast<std::size_t>(ctx.head_dim), partial);
+        spec.dims.validate();
+    } catch (const config_error& e) {
+        if (e.key() == "partial_rotary_factor") throw config_error(partial_key, e.value(), e.why());
+        if (e.key() == "head_dim") throw config_error(ctx.head_dim_key, e.value(), e.why());
+        if (ctx.gptj_rotary_dim) throw config_error(rotary_key, e.value(), e.why());
+        throw config_error(rotary_key, to_text(rotary_key == partial_key ? partial : static_cast<double>(ctx.head_dim)),
+                           "gives rotary_dim = " + e.value() + ", which " + e.why());
+    }
 
     std::set<std::string, std::less<>> keys{"rope_type", "type", "rope_theta", "partial_rotary_factor"};
     auto allow = [&](std::initializer_list<const char*> more) {
@@ -281,17 +423,28 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
         r.allow_only(keys, type);
     };
     // original_max_position_embeddings: Phi-3's top-level value wins (as in HF v5), then the dict's,
-    // then max_position_embeddings.
+    // then max_position_embeddings. `original_key` remembers which, for errors.
+    std::string original_key = ctx.max_positions_key;
     auto original = [&] {
-        if (ctx.top_level_original) return *ctx.top_level_original;
-        if (r.has("original_max_position_embeddings")) return r.integer("original_max_position_embeddings");
+        if (ctx.top_level_original) {
+            original_key = ctx.top_level_original_key;
+            return *ctx.top_level_original;
+        }
+        if (r.has("original_max_position_embeddings")) {
+            original_key = r.name("original_max_position_embeddings");
+            return r.integer("original_max_position_embeddings", 1, limits::positions);
+        }
         return require_max_positions(ctx, r.name("original_max_position_embeddings"));
+    };
+    // A factor the config omits is derived as max_position_embeddings / original.
+    auto derived_factor = [&](std::int64_t orig) {
+        return static_cast<double>(require_max_positions(ctx, r.name("factor"))) / static_cast<double>(orig);
     };
 
     if (type == "default") {
         allow({"factor"});
         if (r.has("factor") && r.number("factor") != 1.0)
-            throw config_error(r.name("factor"), r.at("factor").dump(), "a default rope applies no factor; did you mean linear?");
+            throw config_error(r.name("factor"), describe(r.at("factor")), "a default rope applies no factor; did you mean linear?");
         spec.schedule = default_rope{.base = base};
     } else if (type == "linear") {
         allow({"factor"});
@@ -300,15 +453,14 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
         // HF accepts original_max_position_embeddings here but computes with max_position_embeddings;
         // so does posenc.
         allow({"factor", "original_max_position_embeddings"});
+        if (r.has("original_max_position_embeddings")) (void)r.integer("original_max_position_embeddings", 1, limits::positions);
         spec.schedule = dynamic_ntk{.base = base, .factor = r.number("factor"),
-                                    .original_max_position = require_max_positions(ctx, "max_position_embeddings")};
+                                    .original_max_position = require_max_positions(ctx, ctx.max_positions_key)};
     } else if (type == "yarn") {
         allow({"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "mscale",
                "mscale_all_dim", "truncate"});
         yarn y{.base = base, .original_max_position = original()};
-        y.factor = r.has("factor") ? r.number("factor")
-                                   : static_cast<double>(require_max_positions(ctx, r.name("factor"))) /
-                                         static_cast<double>(y.original_max_position);
+        y.factor = r.has("factor") ? r.number("factor") : derived_factor(y.original_max_position);
         // HF: `beta_fast or 32` — 0 and null mean the default.
         y.beta_fast = r.number("beta_fast", 0.0) != 0.0 ? r.number("beta_fast") : 32.0;
         y.beta_slow = r.number("beta_slow", 0.0) != 0.0 ? r.number("beta_slow") : 1.0;
@@ -319,11 +471,10 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
         spec.schedule = y;
     } else if (type == "longrope") {
         allow({"short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"});
-        longrope l{.base = base, .short_factor = r.numbers("short_factor"), .long_factor = r.numbers("long_factor"),
-                   .original_max_position = original()};
-        l.factor = r.has("factor") ? r.number("factor")
-                                   : static_cast<double>(require_max_positions(ctx, r.name("factor"))) /
-                                         static_cast<double>(l.original_max_position);
+        const auto max_list = static_cast<std::size_t>(limits::head_dim / 2);
+        longrope l{.base = base, .short_factor = r.numbers("short_factor", max_list),
+                   .long_factor = r.numbers("long_factor", max_list), .original_max_position = original()};
+        l.factor = r.has("factor") ? r.number("factor") : derived_factor(l.original_max_position);
         l.attention_factor = r.optional_number("attention_factor");
         spec.schedule = l;
     } else if (type == "llama3") {
@@ -333,19 +484,21 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
                                .high_freq_factor = r.number("high_freq_factor"),
                                .original_max_position = original()};
     } else {
-        throw config_error(r.name(r.has("rope_type") ? "rope_type" : "type"), "\"" + type + "\"",
+        throw config_error(r.name(r.has("rope_type") ? "rope_type" : "type"), echo_string(type),
                            "unknown rope_type (supported: default, linear, dynamic, yarn, longrope, llama3)");
     }
-    // Validate now, so that a bad value is reported while reading the config, under its HF key.
+    // Validate now, so that a bad value is reported while reading the config, under its key in the
+    // file. Every schedule checks its outputs (finite, usable inverse frequencies and amplitude), so
+    // this also rejects values that are valid alone but overflow together.
     try {
         (void)posenc::frequencies(spec.schedule, spec.dims.rotary(), 0);
+        (void)spec.softmax_scale_multiplier();
     } catch (const config_error& e) {
         const std::string& k = e.key();
         if (k == "base" && !r.has("rope_theta")) throw config_error(ctx.rope_theta_key, e.value(), e.why());
-        const std::string hf_key = k == "base"                    ? "rope_theta"
-                                   : k == "original_max_position" ? "original_max_position_embeddings"
-                                                                  : k;
-        throw config_error(r.name(hf_key), e.value(), e.why());
+        if (k == "original_max_position") throw config_error(original_key, e.value(), e.why());
+        if (k == "rotary_dim") throw config_error(rotary_key, e.value(), e.why());
+        throw config_error(r.name(k == "base" ? "rope_theta" : k), e.value(), e.why());
     }
     return spec;
 }
@@ -364,7 +517,7 @@ inline bool is_per_layer_type(const json& dict) {
 [[nodiscard]] inline model_config parse_config(const nlohmann::json& config,
                                                std::optional<rope_layout> layout = std::nullopt) {
     using detail::reader;
-    if (!config.is_object()) throw config_error("config", config.dump().substr(0, 40), "must be a JSON object");
+    if (!config.is_object()) throw config_error("config", detail::describe(config), "must be a JSON object");
     const nlohmann::json& text = config.contains("text_config") && config["text_config"].is_object()
                                      ? config["text_config"]
                                      : config;
@@ -374,25 +527,39 @@ inline bool is_per_layer_type(const json& dict) {
     const bool falcon_alibi = out.model_type == "falcon" && top.boolean("alibi", false);
     if (out.model_type == "bloom" || out.model_type == "mpt" || out.model_type == "t5" || out.model_type == "mt5" ||
         out.model_type == "umt5" || falcon_alibi)
-        throw config_error("model_type", out.model_type,
+        throw config_error("model_type", detail::echo_string(out.model_type),
                            "uses no RoPE (ALiBi or T5 buckets): read it with posenc/hf/encoding.hpp");
     const auto fam = detail::family_of(out.model_type, top, layout);
 
     detail::rope_context ctx;
     ctx.model_type = out.model_type;
     ctx.layout = fam.layout;
-    ctx.head_dim = detail::head_dim_of(out.model_type, top, fam);
+    const auto head = detail::head_dim_of(out.model_type, top, fam);
+    ctx.head_dim = head.value;
+    ctx.head_dim_key = head.key;
     const bool neox_base = out.model_type == "gpt_neox" && !top.has("rope_theta");
     ctx.rope_theta_key = top.name(neox_base ? "rotary_emb_base" : "rope_theta");
     ctx.rope_theta = top.number(neox_base ? "rotary_emb_base" : "rope_theta", fam.rope_theta);
-    if (out.model_type == "gpt_neox")
+    if (out.model_type == "gpt_neox") {
         ctx.partial_rotary_factor = top.number("rotary_pct", 0.25);
-    else
+        ctx.partial_key = top.name("rotary_pct");
+    } else {
         ctx.partial_rotary_factor = top.number("partial_rotary_factor", 1.0);
-    if (out.model_type == "gptj") ctx.gptj_rotary_dim = top.positive("rotary_dim", 64);
-    ctx.max_position_embeddings = top.integer("max_position_embeddings", out.model_type == "gptj" ? top.integer("n_positions", 2048) : 0);
-    if (top.has("original_max_position_embeddings"))
-        ctx.top_level_original = top.integer("original_max_position_embeddings");
+        ctx.partial_key = top.name("partial_rotary_factor");
+    }
+    if (out.model_type == "gptj") {
+        ctx.gptj_rotary_dim = top.integer("rotary_dim", 1, limits::head_dim, 64);
+        ctx.rotary_dim_key = top.name("rotary_dim");
+    }
+    const bool gptj_positions = out.model_type == "gptj" && !top.has("max_position_embeddings");
+    ctx.max_positions_key = top.name(gptj_positions ? "n_positions" : "max_position_embeddings");
+    ctx.max_position_embeddings =
+        gptj_positions ? top.integer("n_positions", 1, limits::positions, 2048)
+                       : top.integer("max_position_embeddings", 1, limits::positions, 0);
+    if (top.has("original_max_position_embeddings")) {
+        ctx.top_level_original = top.integer("original_max_position_embeddings", 1, limits::positions);
+        ctx.top_level_original_key = top.name("original_max_position_embeddings");
+    }
     out.max_position_embeddings = ctx.max_position_embeddings;
 
     // rope_parameters (v5) wins over rope_scaling (v4); both may be null.
@@ -420,35 +587,110 @@ inline bool is_per_layer_type(const json& dict) {
     }
 
     if (top.has("layer_types")) {
-        for (const auto& t : top.at("layer_types")) {
-            if (!t.is_string()) throw config_error(top.name("layer_types"), t.dump(), "must be a list of strings");
+        const nlohmann::json& list = top.at("layer_types");
+        if (!list.is_array()) throw config_error(top.name("layer_types"), detail::describe(list), "must be a list of strings");
+        if (list.size() > static_cast<std::size_t>(limits::layers))
+            throw config_error(top.name("layer_types"), detail::describe(list),
+                               "has more than " + detail::to_text(limits::layers) + " entries");
+        for (const auto& t : list) {
+            if (!t.is_string()) throw config_error(top.name("layer_types"), detail::describe(t), "must be a list of strings");
             out.layer_types.push_back(t.get<std::string>());
         }
     } else if ((out.model_type == "gemma3_text" || out.model_type == "gemma3") && top.has("num_hidden_layers")) {
-        const std::int64_t pattern = top.integer("sliding_window_pattern", 6);
-        if (pattern <= 0) throw config_error(top.name("sliding_window_pattern"), std::to_string(pattern), "must be > 0");
-        for (std::int64_t i = 0; i < top.integer("num_hidden_layers"); ++i)
+        const std::int64_t pattern = top.integer("sliding_window_pattern", 1, limits::layers, 6);
+        const std::int64_t layers = top.integer("num_hidden_layers", 1, limits::layers);
+        for (std::int64_t i = 0; i < layers; ++i)
             out.layer_types.emplace_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
     }
     for (const auto& t : out.layer_types)
         if (!out.rope_by_layer_type.empty() && !out.rope_by_layer_type.contains(t))
-            throw config_error(top.name("layer_types"), "\"" + t + "\"", "has no entry in " + top.name(key));
+            throw config_error(top.name("layer_types"), detail::echo_string(t), "has no entry in " + top.name(key));
     return out;
 }
 
 namespace detail {
-inline nlohmann::json read_json(const std::filesystem::path& path) {
-    std::ifstream in(path);
-    if (!in) throw config_error("config", path.string(), "cannot be opened");
+
+/// Thrown by the parser callback when the nesting limit is reached (turned into a config_error).
+struct too_deep {};
+
+/// Parses config text with the nesting limit, turning every nlohmann exception into a config_error
+/// that names `source` and, where known, the key being read.
+inline json parse_json(std::string_view text, const std::string& source) {
+    if (text.size() > limits::file_bytes)
+        throw config_error("config", source, "is larger than the " + to_text(limits::file_bytes >> 20) + " MiB limit");
+    std::vector<std::string> path;  // per open container, the key being read ("" inside an array)
+    auto where = [&] {
+        std::string k;
+        for (const auto& p : path)
+            if (!p.empty()) k += (k.empty() ? "" : ".") + p;
+        return k;
+    };
+    const json::parser_callback_t limit_depth = [&](int depth, json::parse_event_t event, json& parsed) {
+        if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
+            if (depth >= limits::depth) throw too_deep{};
+            path.resize(static_cast<std::size_t>(depth));
+            path.emplace_back();
+        } else if (event == json::parse_event_t::key && depth >= 1) {
+            path.resize(static_cast<std::size_t>(depth));
+            path.back() = parsed.get_ref<const std::string&>();
+        }
+        return true;
+    };
     try {
-        return nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw config_error("config", path.string(), std::string("is not valid JSON: ") + e.what());
+        return json::parse(text.begin(), text.end(), limit_depth);
+    } catch (const too_deep&) {
+        const std::string k = where();
+        throw config_error("config", source,
+                           "nests arrays/objects deeper than " + to_text(limits::depth) + " levels" +
+                               (k.empty() ? "" : " (inside " + k + ")"));
+    } catch (const json::out_of_range& e) {
+        // 406: a number beyond double's range. nlohmann quotes the literal: "... parsing '1e400'".
+        const std::string what = e.what();
+        const auto open = what.find('\''), close = what.rfind('\'');
+        const std::string literal = open < close ? what.substr(open + 1, close - open - 1) : "number";
+        const std::string k = where();
+        throw config_error(k.empty() ? "config" : k, literal, "is out of the range of a double (in " + source + ")");
+    } catch (const json::exception& e) {
+        const std::string k = where();
+        throw config_error("config", source,
+                           "is not valid JSON: " + std::string(e.what()) + (k.empty() ? "" : " (inside " + k + ")"));
     }
 }
+
+/// The bytes of a config file: a regular file (not a directory, device or FIFO, which could block or
+/// never end) of at most limits::file_bytes.
+inline std::string read_file(const std::filesystem::path& path) {
+    const std::string name = path.string();
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (ec || !std::filesystem::exists(st)) throw config_error("config", name, "cannot be opened: no such file");
+    if (std::filesystem::is_directory(st)) throw config_error("config", name, "is a directory, not a config file");
+    if (!std::filesystem::is_regular_file(st)) throw config_error("config", name, "is not a regular file");
+    const std::uintmax_t size = std::filesystem::file_size(path, ec);
+    if (ec) throw config_error("config", name, "cannot be read: " + ec.message());
+    if (size > limits::file_bytes)
+        throw config_error("config", name, "is larger than the " + to_text(limits::file_bytes >> 20) + " MiB limit");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw config_error("config", name, "cannot be opened (permissions?)");
+    std::string text(static_cast<std::size_t>(size), '\0');
+    in.read(text.data(), static_cast<std::streamsize>(size));
+    if (in.bad() || in.gcount() != static_cast<std::streamsize>(size)) throw config_error("config", name, "cannot be read");
+    return text;
+}
+
+inline json read_json(const std::filesystem::path& path) { return parse_json(read_file(path), path.string()); }
+
 }  // namespace detail
 
-/// Reads a config.json file. Unreadable or malformed JSON throws config_error naming the file.
+/// Reads config.json text (the bytes of the file). Malformed JSON, nesting deeper than limits::depth,
+/// a number beyond double's range or a bad value throws config_error; nothing else escapes.
+[[nodiscard]] inline model_config config_from_string(std::string_view json_text,
+                                                     std::optional<rope_layout> layout = std::nullopt) {
+    return parse_config(detail::parse_json(json_text, "<string>"), layout);
+}
+
+/// Reads a config.json file. An unreadable file, malformed JSON or a bad value throws config_error
+/// naming the file or the key.
 [[nodiscard]] inline model_config load_config(const std::filesystem::path& path,
                                               std::optional<rope_layout> layout = std::nullopt) {
     return parse_config(detail::read_json(path), layout);

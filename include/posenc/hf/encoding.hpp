@@ -30,10 +30,20 @@ using position_encoding = std::variant<model_config, alibi_model, t5_model>;
 
 namespace detail {
 
-inline std::size_t positive_count(const reader& r, std::string_view key, std::int64_t fallback) {
-    const std::int64_t v = r.integer(key, fallback);
-    if (v <= 0) throw config_error(r.name(key), std::to_string(v), "must be > 0");
-    return static_cast<std::size_t>(v);
+/// A head count: an integer in [1, limits::heads].
+inline std::size_t head_count(const reader& r, std::string_view key, std::int64_t fallback) {
+    return static_cast<std::size_t>(r.integer(key, 1, limits::heads, fallback));
+}
+
+/// alibi::validate under the config's keys (`heads_key`, `max_bias_key`).
+inline alibi validated(alibi a, const std::string& heads_key, const std::string& max_bias_key) {
+    try {
+        a.validate();
+    } catch (const config_error& e) {
+        throw config_error(e.key() == "max_bias" ? max_bias_key : e.key() == "heads" ? heads_key : e.key(), e.value(),
+                           e.why());
+    }
+    return a;
 }
 
 }  // namespace detail
@@ -44,35 +54,36 @@ inline std::size_t positive_count(const reader& r, std::string_view key, std::in
     const detail::reader top(config, "");
     const std::string type = top.string("model_type", "");
     if (type == "bloom") {
-        alibi a{.heads = detail::positive_count(top, top.has("n_head") ? "n_head" : "num_attention_heads", 8)};
+        const char* heads_key = top.has("n_head") ? "n_head" : "num_attention_heads";
+        alibi a{.heads = detail::head_count(top, heads_key, 8)};
         a.order = bias_order::scale_then_add;  // HF Bloom: baddbmm(alibi, q, k, alpha = 1/√d)
-        a.validate();
-        return alibi_model{type, a};
+        return alibi_model{type, detail::validated(a, heads_key, "max_bias")};
     }
     if (type == "mpt") {
-        const nlohmann::json attn_config = top.has("attn_config") ? top.at("attn_config") : nlohmann::json::object();
+        static const nlohmann::json empty = nlohmann::json::object();
+        const nlohmann::json& attn_config = top.has("attn_config") ? top.at("attn_config") : empty;
+        if (!attn_config.is_object())
+            throw config_error("attn_config", detail::describe(attn_config), "must be an object");
         const detail::reader attn(attn_config, "attn_config");
         if (!attn.boolean("alibi", false))
             throw config_error("attn_config.alibi", "false", "this MPT uses learned absolute positions, not an encoding posenc computes");
-        alibi a{.heads = detail::positive_count(top, "n_heads", 16), .max_bias = attn.number("alibi_bias_max", 8.0)};
+        alibi a{.heads = detail::head_count(top, "n_heads", 16), .max_bias = attn.number("alibi_bias_max", 8.0)};
         a.order = bias_order::scale_then_add;  // MPT: scores·softmax_scale + attn_bias
-        a.validate();
-        return alibi_model{type, a};
+        return alibi_model{type, detail::validated(a, "n_heads", "attn_config.alibi_bias_max")};
     }
     if (type == "falcon" && top.boolean("alibi", false)) {
-        alibi a{.heads = detail::positive_count(top, "num_attention_heads", 71)};
+        alibi a{.heads = detail::head_count(top, "num_attention_heads", 71)};
         a.order = bias_order::add_then_scale;  // HF Falcon: (q·k + alibi) · 1/√d
-        a.validate();
-        return alibi_model{type, a};
+        return alibi_model{type, detail::validated(a, "num_attention_heads", "max_bias")};
     }
     if (type == "t5" || type == "mt5" || type == "umt5") {
         t5_model m;
         m.model_type = type;
-        m.encoder.num_buckets = top.integer("relative_attention_num_buckets", 32);
-        m.encoder.max_distance = top.integer("relative_attention_max_distance", 128);
+        m.encoder.num_buckets = top.integer("relative_attention_num_buckets", 1, limits::buckets, 32);
+        m.encoder.max_distance = top.integer("relative_attention_max_distance", 1, limits::positions, 128);
         m.decoder = m.encoder;
         m.decoder.bidirectional = false;
-        m.heads = detail::positive_count(top, "num_heads", 8);
+        m.heads = detail::head_count(top, "num_heads", 8);
         try {
             m.encoder.validate();
             m.decoder.validate();
@@ -82,6 +93,12 @@ inline std::size_t positive_count(const reader& r, std::string_view key, std::in
         return m;
     }
     return parse_config(config, layout);
+}
+
+/// parse_position_encoding of config.json text, with the checks of config_from_string.
+[[nodiscard]] inline position_encoding position_encoding_from_string(std::string_view json_text,
+                                                                    std::optional<rope_layout> layout = std::nullopt) {
+    return parse_position_encoding(detail::parse_json(json_text, "<string>"), layout);
 }
 
 [[nodiscard]] inline position_encoding load_position_encoding(const std::filesystem::path& path,

@@ -16,7 +16,7 @@ struct default_rope {
     [[nodiscard]] rope_frequencies frequencies(std::size_t rotary_dim, std::int64_t /*seq_len*/ = 0) const {
         validate();
         detail::require_rotary_dim(rotary_dim);
-        return {detail::default_inv_freq(base, rotary_dim), 1.0};
+        return detail::checked_frequencies({detail::default_inv_freq(base, rotary_dim), 1.0}, "base", base);
     }
 
     [[nodiscard]] std::vector<double> interpolation(std::size_t rotary_dim) const {

@@ -31,13 +31,15 @@ struct dynamic_ntk {
         validate();
         if (seq_len <= original_max_position) return base;
         const double ratio = factor * static_cast<double>(seq_len) / static_cast<double>(original_max_position);
-        return detail::ntk_base(base, ratio - (factor - 1.0), rotary_dim);
+        return detail::ntk_base(base, ratio - (factor - 1.0), rotary_dim, "seq_len",
+                                detail::to_text(seq_len) + " (with factor " + detail::to_text(factor) + ")");
     }
 
     [[nodiscard]] rope_frequencies frequencies(std::size_t rotary_dim, std::int64_t seq_len = 0) const {
         detail::require_rotary_dim(rotary_dim);
         detail::require(seq_len >= 0, "seq_len", seq_len, "must be >= 0");
-        return {detail::default_inv_freq(effective_base(rotary_dim, seq_len), rotary_dim), 1.0};
+        return detail::checked_frequencies({detail::default_inv_freq(effective_base(rotary_dim, seq_len), rotary_dim), 1.0},
+                                          "factor", factor);
     }
 };
 

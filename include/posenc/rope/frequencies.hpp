@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numbers>
 #include <vector>
 
@@ -26,7 +27,11 @@ struct rope_dims {
     [[nodiscard]] static rope_dims partial(std::size_t head_dim, double partial_rotary_factor) {
         detail::require(partial_rotary_factor > 0.0 && partial_rotary_factor <= 1.0,
                         "partial_rotary_factor", partial_rotary_factor, "must be in (0, 1]");
-        return {head_dim, static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor)};
+        const auto rotary = static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+        // rotary_dim 0 would mean "all of head_dim": a factor that truncates to 0 lanes is an error.
+        detail::require(rotary > 0 || head_dim == 0, "partial_rotary_factor", partial_rotary_factor,
+                        "gives rotary_dim = 0 for head_dim = " + detail::to_text(head_dim));
+        return {head_dim, rotary};
     }
 
     void validate() const {
@@ -53,8 +58,48 @@ inline void require_base(double base) {
     require(std::isfinite(base) && base > 1.0, "base", base, "must be finite and > 1 (HF rope_theta)");
 }
 
+/// A scale that divides or multiplies frequencies: finite, > 0 and not denormal (a denormal factor
+/// overflows the division it feeds).
 inline void require_factor(double factor, std::string_view key = "factor") {
-    require(std::isfinite(factor) && factor > 0.0, key, factor, "must be finite and > 0");
+    require(std::isnormal(factor) && factor > 0.0, key, factor, "must be finite, > 0 and not denormal");
+}
+
+/// The largest inverse frequency whose angle p·θ is finite for every int64 position p.
+inline constexpr double max_inv_freq = std::numeric_limits<double>::max() / 0x1p64;
+
+/// Index of the first inverse frequency outside [DBL_MIN, max_inv_freq] (NaN, inf, 0, denormal or so
+/// large that an angle overflows); inv.size() when all are usable.
+inline std::size_t first_bad_inv_freq(const std::vector<double>& inv) noexcept {
+    for (std::size_t i = 0; i < inv.size(); ++i)
+        if (!(inv[i] >= std::numeric_limits<double>::min() && inv[i] <= max_inv_freq)) return i;
+    return inv.size();
+}
+
+/// The cos/sin amplitude lies in [2^-64, 2^64]: rotated values of any float input that is not itself
+/// near overflow stay finite, and so does the inverse's 1/a² (every real schedule gives about 1–2).
+inline void require_amplitude(double amplitude, std::string_view key) {
+    require(amplitude >= 0x1p-64 && amplitude <= 0x1p64, key, amplitude,
+            "gives a cos/sin amplitude outside [2^-64, 2^64]");
+}
+
+/// Every schedule's result passes here: usable inverse frequencies and amplitude, or a config_error
+/// naming `key` (the parameter that drives them; `value` its value) — never inf/NaN in a table.
+inline rope_frequencies checked_frequencies(rope_frequencies f, std::string_view key, double value) {
+    if (const std::size_t i = first_bad_inv_freq(f.inv_freq); i < f.inv_freq.size())
+        throw config_error(key, to_text(value),
+                           "gives inverse frequency " + to_text(f.inv_freq[i]) + " at pair " + to_text(i) +
+                               " (each must be a normal double <= " + to_text(max_inv_freq) +
+                               ", so that every angle is finite)");
+    require_amplitude(f.attention_factor, "attention_factor");
+    return f;
+}
+
+/// Frequencies handed in by the caller (rotary, cos_sin_table): the same conditions, named as such.
+inline void require_usable(const rope_frequencies& f) {
+    if (const std::size_t i = first_bad_inv_freq(f.inv_freq); i < f.inv_freq.size())
+        throw config_error("inv_freq[" + to_text(i) + "]", to_text(f.inv_freq[i]),
+                           "must be a normal double <= " + to_text(max_inv_freq) + " (so that every angle is finite)");
+    require_amplitude(f.attention_factor, "attention_factor");
 }
 
 inline void require_length(std::int64_t length, std::string_view key) {

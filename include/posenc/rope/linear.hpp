@@ -22,7 +22,7 @@ struct linear {
         detail::require_rotary_dim(rotary_dim);
         auto inv = detail::default_inv_freq(base, rotary_dim);
         for (double& f : inv) f /= factor;
-        return {std::move(inv), 1.0};
+        return detail::checked_frequencies({std::move(inv), 1.0}, "factor", factor);
     }
 
     [[nodiscard]] std::vector<double> interpolation(std::size_t rotary_dim) const {

@@ -48,7 +48,9 @@ struct llama3 {
     }
 
     [[nodiscard]] rope_frequencies frequencies(std::size_t rotary_dim, std::int64_t /*seq_len*/ = 0) const {
-        return {detail::blend(detail::default_inv_freq(base, rotary_dim), interpolation(rotary_dim), factor), 1.0};
+        return detail::checked_frequencies(
+            {detail::blend(detail::default_inv_freq(base, rotary_dim), interpolation(rotary_dim), factor), 1.0}, "factor",
+            factor);
     }
 };
 

@@ -26,8 +26,7 @@ struct longrope {
         detail::require_factor(factor);
         detail::require_length(original_max_position, "original_max_position");
         if (attention_factor)
-            detail::require(std::isfinite(*attention_factor) && *attention_factor > 0.0, "attention_factor",
-                            *attention_factor, "must be finite and > 0");
+            detail::require_amplitude(*attention_factor, "attention_factor");
         for (const auto* list : {&short_factor, &long_factor})
             for (double f : *list)
                 detail::require_factor(f, list == &short_factor ? "short_factor" : "long_factor");
@@ -58,7 +57,13 @@ struct longrope {
         std::vector<double> inv(ext.size());
         for (std::size_t i = 0; i < inv.size(); ++i)
             inv[i] = 1.0 / (ext[i] * std::pow(base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim)));
-        return {std::move(inv), amplitude()};
+        if (const std::size_t i = detail::first_bad_inv_freq(inv); i < inv.size())
+            throw config_error(uses_long_factor(seq_len) ? "long_factor" : "short_factor", detail::to_text(ext[i]),
+                               "gives inverse frequency " + detail::to_text(inv[i]) + " at pair " + detail::to_text(i) +
+                                   " (must be a normal double <= " + detail::to_text(detail::max_inv_freq) + ")");
+        const double a = amplitude();
+        detail::require_amplitude(a, attention_factor ? "attention_factor" : "factor");
+        return {std::move(inv), a};
     }
 };
 

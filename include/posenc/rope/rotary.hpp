@@ -37,8 +37,7 @@ public:
         detail::require(freq_.inv_freq.size() == dims_.pairs(), "inv_freq",
                         "list of length " + detail::to_text(freq_.inv_freq.size()),
                         "needs rotary_dim/2 = " + detail::to_text(dims_.pairs()) + " entries");
-        detail::require(std::isfinite(freq_.attention_factor) && freq_.attention_factor > 0.0, "attention_factor",
-                        freq_.attention_factor, "must be finite and > 0");
+        detail::require_usable(freq_);
     }
 
     /// Evaluates `schedule` for this rotary width at sequence length `seq_len` (0 = not known).

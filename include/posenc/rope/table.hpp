@@ -23,6 +23,7 @@ public:
         : inv_freq_(freq.inv_freq), amplitude_(freq.attention_factor), positions_(positions) {
         detail::require(positions >= 0, "positions", positions, "must be >= 0");
         detail::require(!inv_freq_.empty(), "inv_freq", "empty", "a table needs at least one pair");
+        detail::require_usable(freq);
         const std::size_t n = pairs();
         data_.resize(detail::checked_mul(static_cast<std::size_t>(positions), 2 * n, "cos_sin_table size"));
         if (2 * n > simd::max_rotary_dim) {

@@ -41,11 +41,23 @@ struct yarn {
         detail::require(std::isfinite(beta_fast) && beta_fast > beta_slow, "beta_fast", beta_fast,
                         "must be > beta_slow = " + detail::to_text(beta_slow));
         if (attention_factor)
-            detail::require(std::isfinite(*attention_factor) && *attention_factor > 0.0, "attention_factor",
-                            *attention_factor, "must be finite and > 0");
+            detail::require_amplitude(*attention_factor, "attention_factor");
         if (mscale) detail::require(std::isfinite(*mscale), "mscale", *mscale, "must be finite");
         if (mscale_all_dim)
             detail::require(std::isfinite(*mscale_all_dim), "mscale_all_dim", *mscale_all_dim, "must be finite");
+        // The amplitude divides mscale's term by mscale_all_dim's and DeepSeek squares the latter:
+        // both must stay finite and positive.
+        if (!attention_factor) {
+            const bool pair = mscale.value_or(0.0) != 0.0 && mscale_all_dim.value_or(0.0) != 0.0;
+            const double a = pair ? detail::yarn_mscale(factor, *mscale) / detail::yarn_mscale(factor, *mscale_all_dim)
+                                  : detail::yarn_mscale(factor);
+            detail::require_amplitude(a, pair ? "mscale" : "factor");
+        }
+        if (mscale_all_dim.value_or(0.0) != 0.0) {
+            const double m = detail::yarn_mscale(factor, *mscale_all_dim);
+            detail::require(std::isnormal(m * m) && m > 0.0, "mscale_all_dim", *mscale_all_dim,
+                            "makes the softmax scale multiplier mscale² non-finite or <= 0");
+        }
     }
 
     /// The cos/sin amplitude. HF treats mscale / mscale_all_dim of 0 as absent (Python truthiness).
@@ -100,7 +112,7 @@ struct yarn {
             const double interpolated = 1.0 / (factor * pos_freq);
             inv[i] = interpolated * w[i] + extrapolated * (1.0 - w[i]);
         }
-        return {std::move(inv), amplitude()};
+        return detail::checked_frequencies({std::move(inv), amplitude()}, "factor", factor);
     }
 };
 
