@@ -114,6 +114,28 @@ TEST_CASE("analysis: smallest base on the 2-digit grid vs the paper's Table (hea
     REQUIRE(an::smallest_base_for_length(128, 4096).base == Approx(2.9e4).epsilon(1e-12));
 }
 
+TEST_CASE("analysis: base search equals a plain walk over the grid", "[analysis][base_bound]") {
+    // The search skips full scans using earlier failures' m; a plain walk scans every grid point.
+    std::size_t compared = 0;
+    for (const int digits : {2, 3})
+        for (const std::int64_t target : {1500, 3000, 6000, 12000, 20000}) {
+            double expected = 0;
+            // The grid k·10^(e − digits + 1), k with `digits` digits, from 10 upward.
+            for (int e = 1; expected == 0 && e < 9; ++e)
+                for (double k = std::pow(10.0, digits - 1); k < std::pow(10.0, digits); ++k) {
+                    const double b = k * std::pow(10.0, e - digits + 1);
+                    if (an::context_length_bound(default_freq(b, 128), target) >= target) {
+                        expected = b;
+                        break;
+                    }
+                }
+            REQUIRE(an::smallest_base_for_length(128, target, {.significant_digits = digits}).base ==
+                    Approx(expected).epsilon(1e-12));
+            ++compared;
+        }
+    REQUIRE(compared == 10);
+}
+
 TEST_CASE("analysis: base search grid and errors", "[analysis][base_bound]") {
     // Starting above the answer returns the start when it qualifies.
     const auto r = an::smallest_base_for_length(128, 1024, {.from = 1e5});

@@ -4,9 +4,9 @@
 // L_θ = sup{L : B(m, θ) ≥ 0 for every integer 0 ≤ m ≤ L}, and the smallest base of the default
 // schedule θᵢ = base^(−2i/d) that reaches a target length.
 //
-// B is evaluated for consecutive m by the angle-addition recurrence in double, re-seeded from an
-// exact cos/sin every `reseed_interval` steps (so the drift stays below ~1e-13 per pair), with the
-// pairs in independent lanes so the compiler vectorises the update. An exact zero crossing (|B| below
+// B is evaluated for consecutive m by the Chebyshev (angle-addition) recurrence in double, re-seeded
+// from exact cosines every `reseed_interval` steps (drift ~2e-12 per pair), with the pairs in
+// independent lanes so the compiler vectorises the update. An exact zero crossing (|B| below
 // that drift) could be classified either way; the direct sum cos_sum() is the definition.
 
 #include <algorithm>
@@ -36,43 +36,39 @@ inline constexpr std::size_t lanes = 8;
 
 /// Streams B(m, θ) for m = 0, 1, 2, ..., m_max; `visit(m, B)` returns false to stop.
 ///
-/// Work goes block by block (reseed_interval values of m): each group of `lanes` pairs is seeded
-/// exactly at the block's first m, stepped through the block in registers, and its cosines added
-/// into per-lane sums; the lanes are summed in a fixed order afterwards (results do not depend on
-/// the compiler's vector width).
+/// Block by block (reseed_interval values of m): each group of `lanes` pairs is seeded with exact
+/// cos(m₀θ) and cos((m₀+1)θ) and stepped by the Chebyshev recurrence cos((m+1)θ) = 2cos θ·cos(mθ)
+/// − cos((m−1)θ) (two flops a pair; a rounding error grows at most linearly over the block, so the
+/// drift stays ~128²·2^-53 ≈ 2e-12 per pair); the cosines go into per-lane sums, summed in a fixed
+/// order afterwards (results do not depend on the compiler's vector width).
 template <class Visit>
 void stream_cos_sum(std::span<const double> inv_freq, std::int64_t m_max, Visit&& visit) {
     constexpr auto block = static_cast<std::size_t>(reseed_interval);
     const std::size_t n = (inv_freq.size() + lanes - 1) / lanes * lanes;
-    // Padding lanes have c = s = 0 and stay 0: they add nothing to B.
-    std::vector<double> theta(n, 0.0), cr(n, 0.0), sr(n, 0.0);
+    // Padding lanes have cos = 0 at every step: they add nothing to B.
+    std::vector<double> theta(n, 0.0), two_cos(n, 0.0);
     std::copy(inv_freq.begin(), inv_freq.end(), theta.begin());
-    for (std::size_t i = 0; i < inv_freq.size(); ++i) {
-        cr[i] = std::cos(theta[i]);
-        sr[i] = std::sin(theta[i]);
-    }
+    for (std::size_t i = 0; i < inv_freq.size(); ++i) two_cos[i] = 2.0 * std::cos(theta[i]);
     std::vector<std::array<double, lanes>> partial(block);
     for (std::int64_t m0 = 0; m0 <= m_max; m0 += reseed_interval) {
         const auto count = static_cast<std::size_t>(std::min<std::int64_t>(reseed_interval, m_max - m0 + 1));
         for (auto& p : partial) p.fill(0.0);
         const double md = static_cast<double>(m0);
         for (std::size_t g = 0; g < n; g += lanes) {
-            std::array<double, lanes> c{}, s{}, a{}, b{};
+            std::array<double, lanes> c0{}, c1{}, k{};
             for (std::size_t l = 0; l < lanes; ++l) {
                 if (g + l < inv_freq.size()) {
-                    c[l] = std::cos(md * theta[g + l]);
-                    s[l] = std::sin(md * theta[g + l]);
+                    c0[l] = std::cos(md * theta[g + l]);
+                    c1[l] = std::cos((md + 1.0) * theta[g + l]);
                 }
-                a[l] = cr[g + l];
-                b[l] = sr[g + l];
+                k[l] = two_cos[g + l];
             }
             for (std::size_t j = 0; j < count; ++j) {
-                for (std::size_t l = 0; l < lanes; ++l) partial[j][l] += c[l];
                 for (std::size_t l = 0; l < lanes; ++l) {
-                    const double nc = c[l] * a[l] - s[l] * b[l];
-                    const double ns = s[l] * a[l] + c[l] * b[l];
-                    c[l] = nc;
-                    s[l] = ns;
+                    partial[j][l] += c0[l];
+                    const double next = k[l] * c1[l] - c0[l];
+                    c0[l] = c1[l];
+                    c1[l] = next;
                 }
             }
         }
@@ -133,6 +129,7 @@ struct base_search_result {
     double base = 0.0;                  ///< the first grid base with L_θ ≥ target; 0 when none up to `to`
     std::int64_t context_length = 0;    ///< min(L_θ(base), target)
     std::size_t bases_tried = 0;        ///< grid points evaluated
+    std::size_t witness_rejections = 0; ///< of those, rejected by a recent failure's m without a scan
 };
 
 /// The smallest base on the search grid whose default schedule (head_dim/2 pairs,
@@ -157,13 +154,29 @@ struct base_search_result {
         ++exponent;
     }
     base_search_result r;
+    // A base fails as soon as B < 0 at any m ≤ target, not only at its first negative m. Nearby
+    // bases tend to go negative at the same m, so the first-negative m of recent failures are tried
+    // first (a direct sum each) before the full scan: same answer, most scans skipped.
+    std::vector<std::int64_t> witnesses;
     for (;;) {
         const double base = static_cast<double>(k) * std::pow(10.0, exponent);
-        if (base > grid.to * (1.0 + 1e-12)) return {0.0, 0, r.bases_tried};
+        if (base > grid.to * (1.0 + 1e-12)) return {0.0, 0, r.bases_tried, r.witness_rejections};
         ++r.bases_tried;
         const auto inv = posenc::detail::default_inv_freq(base, head_dim);
-        const std::int64_t l = context_length_bound(inv, target);
-        if (l >= target) return {base, l, r.bases_tried};
+        bool rejected = false;
+        for (const std::int64_t m : witnesses)
+            if (cos_sum(inv, m) < 0.0) {
+                rejected = true;
+                break;
+            }
+        if (rejected) {
+            ++r.witness_rejections;
+        } else {
+            const std::int64_t l = context_length_bound(inv, target);
+            if (l >= target) return {base, l, r.bases_tried, r.witness_rejections};
+            if (witnesses.size() == 16) witnesses.erase(witnesses.begin());
+            witnesses.push_back(l + 1);
+        }
         if (++k == 10 * steps) {
             k = steps;
             ++exponent;
