@@ -4,8 +4,10 @@
 # CSV_DIR holds what `rope_base_bound N DIR`, `rope_decay DIR`, `alibi_via_rope DIR`,
 # `rope_extrapolation_angles DIR` and `attention_extrapolation DIR` wrote (ctest runs them into
 # <build>/examples/figures-csv). Exit code 77 (skipped) when gnuplot is not installed.
+# GNUPLOT=/path/to/gnuplot overrides the program (GNUPLOT=none shows the skip).
 set -euo pipefail
-if ! command -v gnuplot >/dev/null 2>&1; then
+gnuplot=${GNUPLOT:-gnuplot}
+if ! command -v "$gnuplot" >/dev/null 2>&1; then
   echo "render-figures: gnuplot not installed (apt-get install gnuplot-nox); skipping"
   exit 77
 fi
@@ -18,7 +20,7 @@ for f in wavelength decay base_bound alibi_bias angles attention_extrapolation; 
 done
 
 plot() {  # plot NAME 'gnuplot commands'
-  gnuplot <<GP
+  "$gnuplot" <<GP
 set terminal svg size 760,440 dynamic enhanced font "sans,12" background "white"
 set output "$out/$1.svg"
 set datafile separator ","
