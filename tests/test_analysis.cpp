@@ -301,6 +301,15 @@ TEST_CASE("analysis: rotation angles, which pairs leave the trained range", "[an
         ++compared;
     }
     REQUIRE(compared == 64);
+    // PI ×5 and ×3: L_test·θ/s equals L_train·θ only up to rounding, which must not count as leaving.
+    std::size_t factors = 0;
+    for (const double s : {3.0, 5.0}) {
+        const auto a = an::rotation_angles(trained, posenc::linear{.base = 1e4, .factor = s}.frequencies(d).inv_freq,
+                                           4096, static_cast<std::int64_t>(4096 * s));
+        REQUIRE(an::out_of_range_pairs(a) == 0);
+        ++factors;
+    }
+    REQUIRE(factors == 2);
     // NTK-aware ×8: only the last pair is exactly interpolated (θ/s); the other pairs without a full
     // turn are slowed by less than 8 and leave the range.
     const auto ntk = an::rotation_angles(trained, posenc::ntk_aware{.base = 1e4, .factor = 8}.frequencies(d).inv_freq,
