@@ -115,7 +115,7 @@ TEST_CASE("analysis: smallest base on the 2-digit grid vs the paper's Table (hea
 }
 
 TEST_CASE("analysis: base search equals a plain walk over the grid", "[analysis][base_bound]") {
-    // The search skips full scans using earlier failures' m; a plain walk scans every grid point.
+    // The search against a plain walk over the grid written here (every grid point scanned).
     std::size_t compared = 0;
     for (const int digits : {2, 3})
         for (const std::int64_t target : {1500, 3000, 6000, 12000, 20000}) {

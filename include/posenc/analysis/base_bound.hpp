@@ -129,7 +129,6 @@ struct base_search_result {
     double base = 0.0;                  ///< the first grid base with L_θ ≥ target; 0 when none up to `to`
     std::int64_t context_length = 0;    ///< min(L_θ(base), target)
     std::size_t bases_tried = 0;        ///< grid points evaluated
-    std::size_t witness_rejections = 0; ///< of those, rejected by a recent failure's m without a scan
 };
 
 /// The smallest base on the search grid whose default schedule (head_dim/2 pairs,
@@ -154,29 +153,13 @@ struct base_search_result {
         ++exponent;
     }
     base_search_result r;
-    // A base fails as soon as B < 0 at any m ≤ target, not only at its first negative m. Nearby
-    // bases tend to go negative at the same m, so the first-negative m of recent failures are tried
-    // first (a direct sum each) before the full scan: same answer, most scans skipped.
-    std::vector<std::int64_t> witnesses;
     for (;;) {
         const double base = static_cast<double>(k) * std::pow(10.0, exponent);
-        if (base > grid.to * (1.0 + 1e-12)) return {0.0, 0, r.bases_tried, r.witness_rejections};
+        if (base > grid.to * (1.0 + 1e-12)) return {0.0, 0, r.bases_tried};
         ++r.bases_tried;
-        const auto inv = posenc::detail::default_inv_freq(base, head_dim);
-        bool rejected = false;
-        for (const std::int64_t m : witnesses)
-            if (cos_sum(inv, m) < 0.0) {
-                rejected = true;
-                break;
-            }
-        if (rejected) {
-            ++r.witness_rejections;
-        } else {
-            const std::int64_t l = context_length_bound(inv, target);
-            if (l >= target) return {base, l, r.bases_tried, r.witness_rejections};
-            if (witnesses.size() == 16) witnesses.erase(witnesses.begin());
-            witnesses.push_back(l + 1);
-        }
+        // A failing base costs a scan up to its first negative m; only the answer scans to target.
+        const std::int64_t l = context_length_bound(posenc::detail::default_inv_freq(base, head_dim), target);
+        if (l >= target) return {base, l, r.bases_tried};
         if (++k == 10 * steps) {
             k = steps;
             ++exponent;
