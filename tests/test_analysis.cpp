@@ -141,6 +141,12 @@ TEST_CASE("analysis: base search grid and errors", "[analysis][base_bound]") {
     const auto r = an::smallest_base_for_length(128, 1024, {.from = 1e5});
     REQUIRE(r.base == Approx(1e5).epsilon(1e-12));
     REQUIRE(r.bases_tried == 1);
+    // The grid itself: 90 two-digit mantissas per decade, 1.0e1 .. 9.9e1 then 1.0e2 .. 1.0e3.
+    const auto none = an::smallest_base_for_length(128, 1'000'000, {.from = 10, .to = 1e3});
+    REQUIRE(none.base == 0.0);
+    REQUIRE(none.bases_tried == 181);
+    REQUIRE(an::smallest_base_for_length(128, 1'000'000, {.from = 9.95, .to = 1e3}).bases_tried == 181);  // rounds up to 1.0e1
+    REQUIRE(an::smallest_base_for_length(128, 1'000'000, {.from = 10, .to = 1e3, .significant_digits = 3}).bases_tried == 1801);
     // A grid that ends before any qualifying base reports none.
     REQUIRE(an::smallest_base_for_length(128, 1024, {.from = 10, .to = 4.2e3}).base == 0.0);
     posenc_test::expect_config_error([] { (void)an::smallest_base_for_length(127, 1024); }, "head_dim", "127");
