@@ -10,7 +10,6 @@
 // that drift) could be classified either way; the direct sum cos_sum() is the definition.
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -49,13 +48,14 @@ void stream_cos_sum(std::span<const double> inv_freq, std::int64_t m_max, Visit&
     std::vector<double> theta(n, 0.0), two_cos(n, 0.0);
     std::copy(inv_freq.begin(), inv_freq.end(), theta.begin());
     for (std::size_t i = 0; i < inv_freq.size(); ++i) two_cos[i] = 2.0 * std::cos(theta[i]);
-    std::vector<std::array<double, lanes>> partial(block);
+    std::vector<double> partial_storage(block * lanes);
+    double* partial = partial_storage.data();  // [block][lanes]
     for (std::int64_t m0 = 0; m0 <= m_max; m0 += reseed_interval) {
         const auto count = static_cast<std::size_t>(std::min<std::int64_t>(reseed_interval, m_max - m0 + 1));
-        for (auto& p : partial) p.fill(0.0);
+        std::fill(partial_storage.begin(), partial_storage.end(), 0.0);
         const double md = static_cast<double>(m0);
         for (std::size_t g = 0; g < n; g += lanes) {
-            std::array<double, lanes> c0{}, c1{}, k{};
+            double c0[lanes] = {}, c1[lanes] = {}, k[lanes] = {};  // plain arrays: fast in Debug builds too
             for (std::size_t l = 0; l < lanes; ++l) {
                 if (g + l < inv_freq.size()) {
                     c0[l] = std::cos(md * theta[g + l]);
@@ -65,7 +65,7 @@ void stream_cos_sum(std::span<const double> inv_freq, std::int64_t m_max, Visit&
             }
             for (std::size_t j = 0; j < count; ++j) {
                 for (std::size_t l = 0; l < lanes; ++l) {
-                    partial[j][l] += c0[l];
+                    partial[j * lanes + l] += c0[l];
                     const double next = k[l] * c1[l] - c0[l];
                     c0[l] = c1[l];
                     c1[l] = next;
@@ -74,7 +74,7 @@ void stream_cos_sum(std::span<const double> inv_freq, std::int64_t m_max, Visit&
         }
         for (std::size_t j = 0; j < count; ++j) {
             double sum = 0.0;
-            for (const double v : partial[j]) sum += v;
+            for (std::size_t l = 0; l < lanes; ++l) sum += partial[j * lanes + l];
             if (!visit(m0 + static_cast<std::int64_t>(j), sum)) return;
         }
     }
