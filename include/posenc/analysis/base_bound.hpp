@@ -10,6 +10,7 @@
 // that drift) could be classified either way; the direct sum cos_sum() is the definition.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -48,11 +49,10 @@ void stream_cos_sum(std::span<const double> inv_freq, std::int64_t m_max, Visit&
     std::vector<double> theta(n, 0.0), two_cos(n, 0.0);
     std::copy(inv_freq.begin(), inv_freq.end(), theta.begin());
     for (std::size_t i = 0; i < inv_freq.size(); ++i) two_cos[i] = 2.0 * std::cos(theta[i]);
-    std::vector<double> partial_storage(block * lanes);
-    double* partial = partial_storage.data();  // [block][lanes]
+    std::vector<std::array<double, lanes>> partial(block);
     for (std::int64_t m0 = 0; m0 <= m_max; m0 += reseed_interval) {
         const auto count = static_cast<std::size_t>(std::min<std::int64_t>(reseed_interval, m_max - m0 + 1));
-        std::fill(partial_storage.begin(), partial_storage.end(), 0.0);
+        for (auto& p : partial) p.fill(0.0);
         const double md = static_cast<double>(m0);
         for (std::size_t g = 0; g < n; g += lanes) {
             double c0[lanes] = {}, c1[lanes] = {}, k[lanes] = {};  // plain arrays: fast in Debug builds too
@@ -64,8 +64,9 @@ void stream_cos_sum(std::span<const double> inv_freq, std::int64_t m_max, Visit&
                 k[l] = two_cos[g + l];
             }
             for (std::size_t j = 0; j < count; ++j) {
+                double* row = partial[j].data();
                 for (std::size_t l = 0; l < lanes; ++l) {
-                    partial[j * lanes + l] += c0[l];
+                    row[l] += c0[l];
                     const double next = k[l] * c1[l] - c0[l];
                     c0[l] = c1[l];
                     c1[l] = next;
@@ -74,7 +75,7 @@ void stream_cos_sum(std::span<const double> inv_freq, std::int64_t m_max, Visit&
         }
         for (std::size_t j = 0; j < count; ++j) {
             double sum = 0.0;
-            for (std::size_t l = 0; l < lanes; ++l) sum += partial[j * lanes + l];
+            for (const double v : partial[j]) sum += v;
             if (!visit(m0 + static_cast<std::int64_t>(j), sum)) return;
         }
     }
