@@ -1,0 +1,175 @@
+#pragma once
+// xsimd definitions of the attention steps declared in functors.hpp, templated on the architecture.
+// Only arch-templated code lives here (the COMDAT rule of simd/rotate_args.hpp: a non-template inline
+// function compiled with AVX-512 flags could replace the baseline copy at link time), so no std::
+// helpers either: std::max, std::exp(float) are inline functions the linker would merge.
+//
+// QKᵀ: K's tile is transposed into scratch ([head_dim][64], keys contiguous) so that the inner loop
+// broadcasts one q element and multiplies a vector of keys; a 4-row × 4-vector register block gives
+// 16 FMAs per 4 vector loads and 4 broadcasts. PV: V rows are already contiguous over Dv: a 4-row ×
+// 4-vector block broadcasts p and streams V. The transposition costs head_dim·64 moves per tile,
+// shared by every query row of the tile (rows = G·query tokens).
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "posenc/attention/functors.hpp"
+
+namespace posenc::simd {
+
+template <class Arch>
+struct attention_steps {
+    using batch = xsimd::batch<float, Arch>;
+    static constexpr std::size_t W = batch::size;
+    static constexpr std::size_t BK = attn_key_tile;
+    static constexpr std::size_t NV = BK / W;           // vectors per score row
+    static constexpr std::size_t CV = NV < 4 ? NV : 4;  // vectors per register block
+    static constexpr std::size_t RB = attn_row_block;
+    static constexpr float ninf = -std::numeric_limits<float>::infinity();
+    static_assert(BK % W == 0 && NV % CV == 0);
+
+    static float lane0(const batch& b) noexcept {
+        alignas(64) float t[W];
+        b.store_aligned(t);
+        return t[0];
+    }
+    static float hmax(const batch& b) noexcept {
+        alignas(64) float t[W];
+        b.store_aligned(t);
+        float m = t[0];
+        for (std::size_t i = 1; i < W; ++i) m = t[i] > m ? t[i] : m;
+        return m;
+    }
+    static float hsum(const batch& b) noexcept {
+        alignas(64) float t[W];
+        b.store_aligned(t);
+        float s = 0.0f;
+        for (std::size_t i = 0; i < W; ++i) s += t[i];
+        return s;
+    }
+
+    static void qk(const attn_qk_args& a) noexcept {
+        const std::size_t D = a.head_dim;
+        float* kt = a.kt;
+        for (std::size_t d = 0; d < D; ++d)
+            for (std::size_t j = a.keys; j < BK; ++j) kt[d * BK + j] = 0.0f;
+        for (std::size_t j = 0; j < a.keys; ++j) {
+            const float* kr = a.k + j * a.k_stride;
+            for (std::size_t d = 0; d < D; ++d) kt[d * BK + j] = kr[d];
+        }
+        for (std::size_t r = 0; r < a.rows; r += RB) {
+            const float* q0 = a.q + r * D;
+            for (std::size_t c = 0; c < NV; c += CV) {
+                batch acc[RB][CV];
+                for (std::size_t i = 0; i < RB; ++i)
+                    for (std::size_t u = 0; u < CV; ++u) acc[i][u] = batch(0.0f);
+                const float* kc = kt + c * W;
+                for (std::size_t d = 0; d < D; ++d) {
+                    batch kv[CV];
+                    for (std::size_t u = 0; u < CV; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
+                    for (std::size_t i = 0; i < RB; ++i) {
+                        const batch qb(q0[i * D + d]);
+                        for (std::size_t u = 0; u < CV; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
+                    }
+                }
+                for (std::size_t i = 0; i < RB; ++i)
+                    for (std::size_t u = 0; u < CV; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
+            }
+        }
+    }
+
+    static void softmax(const attn_softmax_args& a) noexcept {
+        const batch neg(ninf);
+        for (std::size_t r = 0; r < a.rows; ++r) {
+            float* s = a.s + r * BK;
+            for (std::size_t j = a.keys; j < BK; ++j) s[j] = ninf;
+            batch v[NV];
+            for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
+            if (a.softcap > 0.0f) {
+                const batch c(a.softcap), inv(1.0f / a.softcap);
+                for (std::size_t u = 0; u < NV; ++u) v[u] = xsimd::select(v[u] == neg, v[u], c * xsimd::tanh(v[u] * inv));
+            }
+            batch mx = v[0];
+            for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
+            const float tile_max = hmax(mx);
+            const float m_old = a.m[r];
+            const float m_new = tile_max > m_old ? tile_max : m_old;
+            if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged
+                for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
+                continue;
+            }
+            const batch mb(m_new);
+            batch sum(0.0f);
+            for (std::size_t u = 0; u < NV; ++u) {
+                const batch p = xsimd::exp(v[u] - mb);  // exp(−∞) = 0
+                p.store_aligned(s + u * W);
+                sum += p;
+            }
+            const float alpha = m_old == ninf ? 0.0f : lane0(xsimd::exp(batch(m_old - m_new)));
+            a.l[r] = a.l[r] * alpha + hsum(sum);
+            a.m[r] = m_new;
+            if (alpha != 1.0f) {
+                float* acc = a.acc + r * a.acc_stride;
+                const batch al(alpha);
+                std::size_t i = 0;
+                for (; i + W <= a.dv; i += W) (batch::load_aligned(acc + i) * al).store_aligned(acc + i);
+                for (; i < a.dv; ++i) acc[i] *= alpha;
+            }
+        }
+    }
+
+    template <std::size_t R, std::size_t C>
+    static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
+        batch acc[R][C];
+        for (std::size_t i = 0; i < R; ++i)
+            for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
+        for (std::size_t j = 0; j < a.keys; ++j) {
+            const float* vr = a.v + j * a.v_stride + c0;
+            batch vv[C];
+            for (std::size_t u = 0; u < C; ++u) vv[u] = batch::load_unaligned(vr + u * W);
+            for (std::size_t i = 0; i < R; ++i) {
+                const batch pb(a.p[(r0 + i) * BK + j]);
+                for (std::size_t u = 0; u < C; ++u) acc[i][u] = xsimd::fma(pb, vv[u], acc[i][u]);
+            }
+        }
+        for (std::size_t i = 0; i < R; ++i)
+            for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
+    }
+
+    template <std::size_t R>
+    static void pv_rows(const attn_pv_args& a, std::size_t r0) noexcept {
+        std::size_t c = 0;
+        for (; c + 4 * W <= a.dv; c += 4 * W) pv_block<R, 4>(a, r0, c);
+        for (; c + W <= a.dv; c += W) pv_block<R, 1>(a, r0, c);
+        for (; c < a.dv; ++c)  // a Dv that is not a multiple of the vector width
+            for (std::size_t i = 0; i < R; ++i) {
+                float x = a.acc[(r0 + i) * a.acc_stride + c];
+                for (std::size_t j = 0; j < a.keys; ++j) x += a.p[(r0 + i) * BK + j] * a.v[j * a.v_stride + c];
+                a.acc[(r0 + i) * a.acc_stride + c] = x;
+            }
+    }
+
+    static void pv(const attn_pv_args& a) noexcept {
+        std::size_t r = 0;
+        for (; r + RB <= a.rows; r += RB) pv_rows<RB>(a, r);
+        for (; r < a.rows; ++r) pv_rows<1>(a, r);
+    }
+};
+
+template <class Arch>
+void attn_qk_functor::operator()(Arch, const attn_qk_args& a) const noexcept {
+    attention_steps<Arch>::qk(a);
+}
+template <class Arch>
+void attn_softmax_functor::operator()(Arch, const attn_softmax_args& a) const noexcept {
+    attention_steps<Arch>::softmax(a);
+}
+template <class Arch>
+void attn_pv_functor::operator()(Arch, const attn_pv_args& a) const noexcept {
+    attention_steps<Arch>::pv(a);
+}
+
+}  // namespace posenc::simd
