@@ -182,11 +182,12 @@ void attention_item(const simd::attn_kernels& ker, const Enc& enc, const attn_sh
     const std::size_t hk = item % sh.Hkv, qt = item / sh.Hkv;
     const std::size_t t0 = qt * sh.tile_tokens, nq = std::min(sh.tile_tokens, sh.Tq - t0);
     const std::size_t G = sh.G, D = sh.D, R = nq * G;
+    const std::size_t rows_pad = (R + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
     const bool rotate_keys = !is_identity_transform<Transform> && !opt.keys_transformed;
     const bool seq = !opt.query_sequence.empty();
 
     // Q tile: row t·G + g is token t0 + t, head hk·G + g; transformed here, at the queries' positions.
-    std::fill(w.q.begin(), w.q.end(), 0.0f);
+    std::fill_n(w.q.begin(), rows_pad * D, 0.0f);
     for (std::size_t t = 0; t < nq; ++t)
         for (std::size_t g = 0; g < G; ++g) std::copy_n(q.row(t0 + t, hk * G + g), D, w.q.data() + (t * G + g) * D);
     const position_ids qs = slice_positions(qpos, t0, nq);
@@ -194,7 +195,7 @@ void attention_item(const simd::attn_kernels& ker, const Enc& enc, const attn_sh
     for (std::size_t t = 0; t < nq; ++t) w.scale[t] = static_cast<float>(enc.scale.scale(qs[t], D));
     std::fill_n(w.m.begin(), R, ninf);
     std::fill_n(w.l.begin(), R, 0.0f);
-    std::fill(w.acc.begin(), w.acc.end(), 0.0f);
+    std::fill_n(w.acc.begin(), R * sh.acc_stride, 0.0f);
 
     const auto [q_lo, q_hi] = qs.bounds();
     std::int32_t qs_lo = 0, qs_hi = 0;
@@ -229,7 +230,7 @@ void attention_item(const simd::attn_kernels& ker, const Enc& enc, const attn_sh
             kbase = w.krot.data();
             kstride = D;
         }
-        ker.qk({w.q.data(), sh.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data()});
+        ker.qk({w.q.data(), rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data()});
 
         for (std::size_t r = 0; r < R; ++r) {
             const std::size_t t = r / G, head = hk * G + r % G;
@@ -295,7 +296,7 @@ void attention_on(const simd::attn_kernels& ker, const Enc& enc, heads_view<cons
     sh.D = q.head_dim();
     sh.Dv = v.head_dim();
     constexpr std::size_t target_rows = 64;
-    sh.tile_tokens = std::max<std::size_t>(1, target_rows / sh.G);
+    sh.tile_tokens = std::min(sh.Tq, std::max<std::size_t>(1, target_rows / sh.G));
     const std::size_t rows = sh.tile_tokens * sh.G;
     sh.rows_pad = (rows + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
     sh.acc_stride = (sh.Dv + 15) / 16 * 16;

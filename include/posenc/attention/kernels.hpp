@@ -8,7 +8,8 @@
 // broadcasts one q element and multiplies a vector of keys; a 4-row × 4-vector register block gives
 // 16 FMAs per 4 vector loads and 4 broadcasts. PV: V rows are already contiguous over Dv: a 4-row ×
 // 4-vector block broadcasts p and streams V. The transposition costs head_dim·64 moves per tile,
-// shared by every query row of the tile (rows = G·query tokens).
+// shared by every query row of the tile (rows = G·query tokens); for 8 rows or fewer (decode) QKᵀ
+// takes dot products along D instead.
 
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,13 @@ struct attention_steps {
     static constexpr float ninf = -std::numeric_limits<float>::infinity();
     static_assert(BK % W == 0 && NV % CV == 0);
 
+    /// Rows of one kv head lie a token stride apart (4 KiB for 8 heads of 128): the hardware prefetcher
+    /// stops at page boundaries, so decode, which streams K and V once, asks for rows ahead itself.
+    static constexpr std::size_t prefetch_rows = 6;
+    static void prefetch_row(const float* p, std::size_t n) noexcept {
+        for (std::size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+    }
+
     static float lane0(const batch& b) noexcept {
         alignas(64) float t[W];
         b.store_aligned(t);
@@ -51,7 +59,34 @@ struct attention_steps {
         return s;
     }
 
+    /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
+    /// never transposed; the transposition would cost more than these rows' FMAs.
+    static void qk_dot(const attn_qk_args& a) noexcept {
+        const std::size_t D = a.head_dim, Dw = D / W * W;
+        for (std::size_t r = 0; r < a.rows; ++r)
+            for (std::size_t j = a.keys; j < BK; ++j) a.s[r * BK + j] = 0.0f;
+        for (std::size_t j = 0; j < a.keys; ++j) {
+            const float* kr = a.k + j * a.k_stride;
+            if (j + prefetch_rows < a.keys) prefetch_row(a.k + (j + prefetch_rows) * a.k_stride, D);
+            for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
+                const float* q0 = a.q + r0 * D;
+                batch acc[RB];
+                for (std::size_t i = 0; i < RB; ++i) acc[i] = batch(0.0f);
+                for (std::size_t d = 0; d < Dw; d += W) {
+                    const batch kv = batch::load_unaligned(kr + d);
+                    for (std::size_t i = 0; i < RB; ++i) acc[i] = xsimd::fma(batch::load_unaligned(q0 + i * D + d), kv, acc[i]);
+                }
+                for (std::size_t i = 0; i < RB; ++i) {
+                    float x = hsum(acc[i]);
+                    for (std::size_t d = Dw; d < D; ++d) x += q0[i * D + d] * kr[d];
+                    a.s[(r0 + i) * BK + j] = x;
+                }
+            }
+        }
+    }
+
     static void qk(const attn_qk_args& a) noexcept {
+        if (a.rows <= 2 * RB) return qk_dot(a);
         const std::size_t D = a.head_dim;
         float* kt = a.kt;
         for (std::size_t d = 0; d < D; ++d)
@@ -128,6 +163,7 @@ struct attention_steps {
             for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
         for (std::size_t j = 0; j < a.keys; ++j) {
             const float* vr = a.v + j * a.v_stride + c0;
+            if (c0 == 0 && r0 == 0 && j + prefetch_rows < a.keys) prefetch_row(a.v + (j + prefetch_rows) * a.v_stride, a.dv);
             batch vv[C];
             for (std::size_t u = 0; u < C; ++u) vv[u] = batch::load_unaligned(vr + u * W);
             for (std::size_t i = 0; i < R; ++i) {

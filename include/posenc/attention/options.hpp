@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 
 #include "posenc/bias/no_bias.hpp"
 #include "posenc/core/concepts.hpp"
@@ -57,16 +58,15 @@ static_assert(logit_scale<inverse_sqrt_scale> && logit_scale<fixed_scale> && log
 /// An encoding as attention consumes it: the Q/K transform, the score bias, the logit scale.
 template <qk_transform Transform = nope, score_bias Bias = no_bias, logit_scale Scale = inverse_sqrt_scale>
 struct attention_encoding {
-    Transform transform{};
-    Bias bias{};
-    Scale scale{};
+    Transform transform;
+    Bias bias;
+    Scale scale;
+
+    // A constructor rather than an aggregate: omitted policies default only when they can (ALiBi, T5
+    // and Shaw have no default), and class template argument deduction works on every compiler.
+    explicit attention_encoding(Transform t, Bias b = Bias{}, Scale s = Scale{})
+        : transform(std::move(t)), bias(std::move(b)), scale(std::move(s)) {}
 };
-template <class T>
-attention_encoding(T) -> attention_encoding<T>;
-template <class T, class B>
-attention_encoding(T, B) -> attention_encoding<T, B>;
-template <class T, class B, class S>
-attention_encoding(T, B, S) -> attention_encoding<T, B, S>;
 
 struct attention_options {
     /// Gemma-2's attn_logit_softcapping c: logits ← c·tanh(logit/c), after scale and bias, before the
