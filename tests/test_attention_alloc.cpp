@@ -1,6 +1,7 @@
 // attention's extra memory is O(tile), independent of the sequence length: this translation unit
 // replaces the global operator new (for the whole test program; it only counts while a counter is
-// armed) and compares the allocations of T = 1024 and T = 8192.
+// armed; every form is replaced so that new and delete always pair, also under AddressSanitizer) and
+// compares the allocations of T = 1024 and T = 8192.
 #include <posenc/attention/attention.hpp>
 #include <posenc/posenc.hpp>
 
@@ -33,6 +34,26 @@ void* operator new(std::size_t n) { return allocate(n, alignof(std::max_align_t)
 void* operator new[](std::size_t n) { return allocate(n, alignof(std::max_align_t)); }
 void* operator new(std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
 void* operator new[](std::size_t n, std::align_val_t a) { return allocate(n, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+    try {
+        return allocate(n, alignof(std::max_align_t));
+    } catch (...) {
+        return nullptr;
+    }
+}
+void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+    try {
+        return allocate(n, static_cast<std::size_t>(a));
+    } catch (...) {
+        return nullptr;
+    }
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t& t) noexcept { return operator new(n, a, t); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }

@@ -89,7 +89,7 @@ TEST_CASE("attention: with RoPE, shifting every position by a constant leaves th
     REQUIRE(compared == 4 * 65 * 4 * 16);
 }
 
-TEST_CASE("attention: rows with no visible key are zeros, never NaN; empty inputs", "[attention][edges]") {
+TEST_CASE("attention: rows with no visible key are zeros (never NaN), and empty inputs", "[attention][edges]") {
     const posenc::attention_encoding enc{posenc::nope{}};
     {  // queries before every key (causal), and keys too old for the window
         attn_problem p = make_attn_problem(5, 70, 2, 1, 16, 8, 1);

@@ -29,7 +29,7 @@ struct attention_steps {
     static constexpr std::size_t NV = BK / W;           // vectors per score row
     static constexpr std::size_t CV = NV < 4 ? NV : 4;  // vectors per register block
     static constexpr std::size_t RB = attn_row_block;
-    static constexpr float ninf = -std::numeric_limits<float>::infinity();
+    static constexpr float ninf = -__builtin_inff();  // (not numeric_limits: a weak function at -O0)
     static_assert(BK % W == 0 && NV % CV == 0);
 
     /// Rows of one kv head lie a token stride apart (4 KiB for 8 heads of 128): the hardware prefetcher
@@ -37,6 +37,46 @@ struct attention_steps {
     static constexpr std::size_t prefetch_rows = 6;
     static void prefetch_row(const float* p, std::size_t n) noexcept {
         for (std::size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+    }
+
+    // exp and tanh written here, not xsimd's: those call scalar-typed helpers (constants::infinity<float>,
+    // bit_cast<float, unsigned>) that are weak symbols shared by every architecture's unit — the COMDAT
+    // trap. These use batch operations and literal constants only.
+
+    /// e^x for x ≤ 0 (the softmax's s − m), 1-2 ulp: Cephes' expf (n = round(x·log₂e), r = x − n·ln 2 in
+    /// two parts, degree-5 polynomial, × 2ⁿ). x < −87 (and −∞) gives exactly 0.
+    static batch exp_nonpositive(const batch& x) noexcept {
+        using ibatch = xsimd::batch<std::int32_t, Arch>;
+        const batch xc = xsimd::max(x, batch(-87.0f));
+        const batch n = xsimd::nearbyint(xc * batch(1.44269504088896341f));
+        batch r = xsimd::fnma(n, batch(0.693359375f), xc);
+        r = xsimd::fnma(n, batch(-2.12194440e-4f), r);
+        batch p(1.9875691500e-4f);
+        p = xsimd::fma(p, r, batch(1.3981999507e-3f));
+        p = xsimd::fma(p, r, batch(8.3334519073e-3f));
+        p = xsimd::fma(p, r, batch(4.1665795894e-2f));
+        p = xsimd::fma(p, r, batch(1.6666665459e-1f));
+        p = xsimd::fma(p, r, batch(5.0000001201e-1f));
+        p = xsimd::fma(p * r, r, r) + batch(1.0f);
+        const ibatch bits = (xsimd::to_int(n) + ibatch(127)) << 23;
+        const batch scaled = p * xsimd::bitwise_cast<batch>(bits);
+        return xsimd::select(x < batch(-87.0f), batch(0.0f), scaled);
+    }
+
+    /// tanh: odd Taylor series through x⁹ for |x| < 0.3 (remainder < 2e-8 relative), else
+    /// sign(x)·(1 − 2/(e^{2|x|} + 1)) with e^{2|x|} = 1/e^{−2|x|}.
+    static batch tanh_(const batch& x) noexcept {
+        const batch a = xsimd::abs(x);
+        const batch z = x * x;
+        batch p(62.0f / 2835.0f);
+        p = xsimd::fma(p, z, batch(-17.0f / 315.0f));
+        p = xsimd::fma(p, z, batch(2.0f / 15.0f));
+        p = xsimd::fma(p, z, batch(-1.0f / 3.0f));
+        const batch small = xsimd::fma(p * z, x, x);
+        const batch e = exp_nonpositive(batch(-2.0f) * a);  // e^{−2|x|} ∈ (0, 1]
+        const batch t = (batch(1.0f) - e) / (batch(1.0f) + e);
+        const batch large = xsimd::select(x < batch(0.0f), -t, t);
+        return xsimd::select(a < batch(0.3f), small, large);
     }
 
     static float lane0(const batch& b) noexcept {
@@ -125,7 +165,7 @@ struct attention_steps {
             for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
             if (a.softcap > 0.0f) {
                 const batch c(a.softcap), inv(1.0f / a.softcap);
-                for (std::size_t u = 0; u < NV; ++u) v[u] = xsimd::select(v[u] == neg, v[u], c * xsimd::tanh(v[u] * inv));
+                for (std::size_t u = 0; u < NV; ++u) v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
             }
             batch mx = v[0];
             for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
@@ -139,11 +179,11 @@ struct attention_steps {
             const batch mb(m_new);
             batch sum(0.0f);
             for (std::size_t u = 0; u < NV; ++u) {
-                const batch p = xsimd::exp(v[u] - mb);  // exp(−∞) = 0
+                const batch p = exp_nonpositive(v[u] - mb);  // exp(−∞) = 0
                 p.store_aligned(s + u * W);
                 sum += p;
             }
-            const float alpha = m_old == ninf ? 0.0f : lane0(xsimd::exp(batch(m_old - m_new)));
+            const float alpha = m_old == ninf ? 0.0f : lane0(exp_nonpositive(batch(m_old - m_new)));
             a.l[r] = a.l[r] * alpha + hsum(sum);
             a.m[r] = m_new;
             if (alpha != 1.0f) {
