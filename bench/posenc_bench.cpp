@@ -358,8 +358,9 @@ void attention_naive(benchmark::State& state, const attn_def& s) {
             std::copy(b.q.begin(), b.q.end(), q.begin());
             std::copy(b.k.begin(), b.k.end(), k.begin());
             rope.apply(posenc::heads_view<float>(std::span<float>(q), {s.Tq, s.Hq, s.D}),
-                       posenc::heads_view<float>(std::span<float>(k), {s.Tk, s.Hkv, s.D}),
-                       posenc::position_ids::consecutive(0, s.Tk));  // (Tq = Tk for the prefill shapes)
+                       posenc::position_ids::consecutive(static_cast<std::int64_t>(s.Tk - s.Tq), s.Tq));
+            rope.apply(posenc::heads_view<float>(std::span<float>(k), {s.Tk, s.Hkv, s.D}),
+                       posenc::position_ids::consecutive(0, s.Tk));
             qp = q.data();
             kp = k.data();
         }
