@@ -13,6 +13,7 @@
 //   attention/S5-rope-table/... the same with cos/sin from a table (table_transform)
 //   attention/S5-rope-prerotated/... K rotated once into a copy first (timed), then keys_transformed
 //   attention/S6/threads:N      decode: 1 query at 8191 over a cache of 8192 rotated keys, 32/8, dim 128
+//   attention/S6-head-major/... the same cache laid out [kv head][token][dim]
 //   limit/S5, limit/S5-rope     one head's Eigen GEMMs QKᵀ and PV per thread (-march=native): FLOP/s
 //   limit/S6                    a read pass over the cache's K and V: bytes/s
 //   naive/<shape>               materialised scores and softmax (Eigen GEMMs), 1 thread
@@ -256,7 +257,7 @@ double useful_flops(const attn_def& s) {
     return 4.0 * static_cast<double>(s.Hq * s.D) * pairs;
 }
 
-enum class rope_variant { on_the_fly, table, prerotated };
+enum class rope_variant { on_the_fly, table, prerotated, head_major };
 
 void attention_bench(benchmark::State& state, const attn_def& s, unsigned threads, rope_variant rv) {
     auto& b = data_for(s);
@@ -267,8 +268,12 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
     const auto qpos = posenc::position_ids::consecutive(static_cast<std::int64_t>(s.Tk - s.Tq), s.Tq);
     const auto kpos = posenc::position_ids::consecutive(0, s.Tk);
     auto Q = posenc::heads_view<float>(std::span<float>(b.q), {s.Tq, s.Hq, s.D});
-    auto K = posenc::heads_view<float>(std::span<float>(b.k), {s.Tk, s.Hkv, s.D});
-    auto V = posenc::heads_view<float>(std::span<float>(b.v), {s.Tk, s.Hkv, s.D});
+    // head_major: the cache laid out [Hkv][Tk][D] (token stride D, head stride Tk·D): each kv head's
+    // rows are contiguous, instead of a token stride of Hkv·D (4 KiB at 8 heads of 128).
+    const posenc::heads_strides kv_strides =
+        rv == rope_variant::head_major ? posenc::heads_strides{s.D, s.Tk * s.D} : posenc::heads_strides{};
+    auto K = posenc::heads_view<float>(std::span<float>(b.k), {s.Tk, s.Hkv, s.D}, kv_strides);
+    auto V = posenc::heads_view<float>(std::span<float>(b.v), {s.Tk, s.Hkv, s.D}, kv_strides);
     auto O = posenc::heads_view<float>(std::span<float>(b.out), {s.Tq, s.Hq, s.D});
     aligned_vector kcopy(rv == rope_variant::prerotated ? b.k.size() : 0);
     const bool decode = s.Tq == 1;
@@ -386,6 +391,10 @@ void register_attention() {
         }
         benchmark::RegisterBenchmark(("attention/S5-rope-table" + th).c_str(),
                                      [t](benchmark::State& st) { attention_bench(st, S5_rope, t, rope_variant::table); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseManualTime();
+        benchmark::RegisterBenchmark(("attention/S6-head-major" + th).c_str(),
+                                     [t](benchmark::State& st) { attention_bench(st, S6, t, rope_variant::head_major); })
             ->Unit(benchmark::kMillisecond)
             ->UseManualTime();
         benchmark::RegisterBenchmark(("attention/S5-rope-prerotated" + th).c_str(),

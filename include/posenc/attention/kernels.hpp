@@ -34,7 +34,7 @@ struct attention_steps {
 
     /// Rows of one kv head lie a token stride apart (4 KiB for 8 heads of 128): the hardware prefetcher
     /// stops at page boundaries, so decode, which streams K and V once, asks for rows ahead itself.
-    static constexpr std::size_t prefetch_rows = 6;
+    static constexpr std::size_t prefetch_rows = 16;
     static void prefetch_row(const float* p, std::size_t n) noexcept {
         for (std::size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
     }
@@ -91,12 +91,12 @@ struct attention_steps {
         for (std::size_t i = 1; i < W; ++i) m = t[i] > m ? t[i] : m;
         return m;
     }
-    static float hsum(const batch& b) noexcept {
+    static float hsum(const batch& b) noexcept {  // pairwise, not a serial chain
         alignas(64) float t[W];
         b.store_aligned(t);
-        float s = 0.0f;
-        for (std::size_t i = 0; i < W; ++i) s += t[i];
-        return s;
+        for (std::size_t w = W / 2; w > 0; w /= 2)
+            for (std::size_t i = 0; i < w; ++i) t[i] += t[i + w];
+        return t[0];
     }
 
     /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
@@ -105,9 +105,39 @@ struct attention_steps {
         const std::size_t D = a.head_dim, Dw = D / W * W;
         for (std::size_t r = 0; r < a.rows; ++r)
             for (std::size_t j = a.keys; j < BK; ++j) a.s[r * BK + j] = 0.0f;
-        for (std::size_t j = 0; j < a.keys; ++j) {
+        std::size_t j = 0;
+        for (; j + 2 <= a.keys; j += 2) {  // two keys at a time: each q vector loaded once for both
+            const float* k0 = a.k + j * a.k_stride;
+            const float* k1 = k0 + a.k_stride;
+            if (j + 2 + prefetch_rows < a.keys) {
+                prefetch_row(a.k + (j + prefetch_rows) * a.k_stride, D);
+                prefetch_row(a.k + (j + 1 + prefetch_rows) * a.k_stride, D);
+            }
+            for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
+                const float* q0 = a.q + r0 * D;
+                batch acc0[RB], acc1[RB];
+                for (std::size_t i = 0; i < RB; ++i) acc0[i] = acc1[i] = batch(0.0f);
+                for (std::size_t d = 0; d < Dw; d += W) {
+                    const batch kv0 = batch::load_unaligned(k0 + d), kv1 = batch::load_unaligned(k1 + d);
+                    for (std::size_t i = 0; i < RB; ++i) {
+                        const batch qv = batch::load_unaligned(q0 + i * D + d);
+                        acc0[i] = xsimd::fma(qv, kv0, acc0[i]);
+                        acc1[i] = xsimd::fma(qv, kv1, acc1[i]);
+                    }
+                }
+                for (std::size_t i = 0; i < RB; ++i) {
+                    float x0 = hsum(acc0[i]), x1 = hsum(acc1[i]);
+                    for (std::size_t d = Dw; d < D; ++d) {
+                        x0 += q0[i * D + d] * k0[d];
+                        x1 += q0[i * D + d] * k1[d];
+                    }
+                    a.s[(r0 + i) * BK + j] = x0;
+                    a.s[(r0 + i) * BK + j + 1] = x1;
+                }
+            }
+        }
+        for (; j < a.keys; ++j) {
             const float* kr = a.k + j * a.k_stride;
-            if (j + prefetch_rows < a.keys) prefetch_row(a.k + (j + prefetch_rows) * a.k_stride, D);
             for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
                 const float* q0 = a.q + r0 * D;
                 batch acc[RB];
