@@ -12,6 +12,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace posenc {
 
@@ -67,12 +68,12 @@ constexpr float fp16_bits_to_float(std::uint16_t h) noexcept {
 
 /// bfloat16 storage. bf16(x) rounds to nearest even; float(b) is exact.
 struct bf16 {
-    std::uint16_t bits = 0;
+    std::uint16_t bits;  // no initializer: a trivial type, like float (bf16{} is zero)
 
     bf16() = default;
     explicit constexpr bf16(float f) noexcept : bits(detail::float_to_bf16_bits(f)) {}
     [[nodiscard]] static constexpr bf16 from_bits(std::uint16_t b) noexcept {
-        bf16 r;
+        bf16 r{};
         r.bits = b;
         return r;
     }
@@ -82,12 +83,12 @@ struct bf16 {
 
 /// IEEE binary16 storage. fp16(x) rounds to nearest even; float(h) is exact.
 struct fp16 {
-    std::uint16_t bits = 0;
+    std::uint16_t bits;  // no initializer: a trivial type, like float (fp16{} is zero)
 
     fp16() = default;
     explicit constexpr fp16(float f) noexcept : bits(detail::float_to_fp16_bits(f)) {}
     [[nodiscard]] static constexpr fp16 from_bits(std::uint16_t b) noexcept {
-        fp16 r;
+        fp16 r{};
         r.bits = b;
         return r;
     }
@@ -96,6 +97,7 @@ struct fp16 {
 };
 
 static_assert(sizeof(bf16) == 2 && sizeof(fp16) == 2);
+static_assert(std::is_trivial_v<bf16> && std::is_trivial_v<fp16>);
 
 /// The element types Q/K views may hold.
 template <class T>

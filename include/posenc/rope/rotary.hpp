@@ -8,6 +8,11 @@
 //   auto table = rope.table(8192);          // or cached for positions 0..8191
 //   rope.apply(table, q, k, positions);     // checked: a position outside the table throws
 //
+//   rope.apply_into(table, k_proj, cache_slot, positions);  // out of place, e.g. float → bf16 cache
+//   rope.apply_normed(table, q_norm, q, k_norm, k, positions);  // fused per-head RMSNorm + RoPE
+//
+// Views hold float, bf16 or fp16 (computed in float32, rounded once). A token's result is
+// bit-identical whatever the call's size, slicing or threads (see simd/kernels.hpp).
 // Every check runs before anything is written: after a throw the caller's buffers are unchanged.
 // Dynamic schedules (dynamic_ntk, longrope) are evaluated once, for the seq_len given to the
 // constructor; build a new rotary when the length changes (it costs rotary_dim/2 pow calls).

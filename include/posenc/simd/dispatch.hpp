@@ -22,6 +22,7 @@
 
 #if defined(POSENC_SIMD_DISPATCH) && (defined(__x86_64__) || defined(_M_X64))
 #define POSENC_SIMD_RUNTIME_DISPATCH 1
+#include <cpuid.h>
 #else
 #include "posenc/simd/kernels.hpp"
 #endif
@@ -54,12 +55,11 @@ using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
 }
 
 [[nodiscard]] inline bool cpu_has_f16c() noexcept {
-#if defined(__GNUC__) || defined(__clang__)
-    static const bool has = __builtin_cpu_supports("f16c");
+    static const bool has = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;  // CPUID.1:ECX.F16C
+    }();
     return has;
-#else
-    return true;
-#endif
 }
 
 inline void run_rotate(const rotate_args& args, bool streaming) noexcept {
