@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "support/catch.hpp"
@@ -149,7 +150,8 @@ void check_types(const case_shape& sh, bool use_table, std::size_t& compared) {
     const std::size_t ts = sh.token_stride ? sh.token_stride : H * hs;
     const auto freq = posenc::yarn{.base = 10000, .factor = 4, .original_max_position = 4096}.frequencies(sh.rotary_dim);
     const std::vector<std::int64_t> pos{0, 1, 4095, 65537, 123, 70000};
-    const posenc::cos_sin_table table(freq, 70001);
+    static std::map<std::size_t, posenc::cos_sin_table> tables;  // one per width (built once: Debug builds are slow)
+    const posenc::cos_sin_table& table = tables.try_emplace(sh.rotary_dim, freq, 70001).first->second;
     const auto x_float = random_floats(T * ts + H * hs, 21, 3.0f);
     const auto src = to_storage<S>(x_float);
     std::vector<D> dst(src.size(), D(-77.0f));  // sentinel outside the view
