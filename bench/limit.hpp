@@ -5,11 +5,24 @@
 #include <posenc/simd/xsimd_compat.hpp>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace posenc_bench {
 
 /// In limit_avx2.cpp, compiled with -mavx2 -mfma; call only where the CPU has AVX2.
 void scale_avx2(float* x, std::size_t n, float a) noexcept;
+/// x ^= 0x8000 over 16-bit values (flips the sign of bf16/fp16): the in-place pass of S1-bf16/fp16.
+void flip16_avx2(std::uint16_t* x, std::size_t n) noexcept;
+
+inline void flip16_in_place(std::uint16_t* x, std::size_t n, unsigned threads) {
+    static const bool avx2 = posenc::simd::compat::cpu_supports<xsimd::fma3<xsimd::avx2>>();
+    auto run = [&](std::size_t b, std::size_t e) {
+        if (avx2) return flip16_avx2(x + b, e - b);
+        for (std::size_t i = b; i < e; ++i) x[i] ^= 0x8000u;
+    };
+    if (threads <= 1) return run(0, n);
+    posenc::detail::parallel_slices(threads, n, run);
+}
 
 inline void scale_in_place(float* x, std::size_t n, float a, unsigned threads) {
     static const bool avx2 = posenc::simd::compat::cpu_supports<xsimd::fma3<xsimd::avx2>>();

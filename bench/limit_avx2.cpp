@@ -22,4 +22,20 @@ void scale_avx2(float* x, std::size_t n, float a) noexcept {
     for (; i < n; ++i) x[i] *= a;
 }
 
+void flip16_avx2(std::uint16_t* x, std::size_t n) noexcept {
+    using batch = xsimd::batch<std::uint16_t, xsimd::fma3<xsimd::avx2>>;
+    constexpr std::size_t W = batch::size;
+    const batch sign(static_cast<std::uint16_t>(0x8000u));
+    std::size_t i = 0;
+    for (; i + 4 * W <= n; i += 4 * W) {
+        const batch v0 = batch::load_unaligned(x + i), v1 = batch::load_unaligned(x + i + W);
+        const batch v2 = batch::load_unaligned(x + i + 2 * W), v3 = batch::load_unaligned(x + i + 3 * W);
+        (v0 ^ sign).store_unaligned(x + i);
+        (v1 ^ sign).store_unaligned(x + i + W);
+        (v2 ^ sign).store_unaligned(x + i + 2 * W);
+        (v3 ^ sign).store_unaligned(x + i + 3 * W);
+    }
+    for (; i < n; ++i) x[i] ^= 0x8000u;
+}
+
 }  // namespace posenc_bench

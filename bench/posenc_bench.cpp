@@ -21,6 +21,13 @@
 // Attention reports FLOP/s of the useful work (4·heads·D·visible pairs: causal counts the unmasked
 // part) and limit_fraction = its FLOP/s over the limit GEMM's, both timed alternately in the same
 // benchmark; S6 reports bytes/s (K and V read) against the read pass.
+//   rope/S1-bf16, S1-fp16/<layout>/threads:N   S1 in 16-bit storage; limit: x ^= sign over the same 16-bit buffers
+//   kv/append/<layout>          S1's K rotated from a source buffer into a cache slot; limit: memcpy of the same bytes
+//   rope/S1-qknorm/<layout>     fused per-head RMSNorm + RoPE in place (limit as S1)
+//   rope/S1-qknorm-2pass/<layout>  the same as two passes (norm pass: the kernel at position 0, then RoPE)
+//   threads/spawn-join          starting and joining one std::thread (what set_threads costs per call without OpenMP)
+//   rope/S1/<layout>/executor:spawn2, executor:pool2   S1 split in 2 on a caller's executor: a std::thread per
+//                               slice per call, or a persistent pool
 //
 // Every rope/scalar benchmark reports bytes_per_second (Q+K read + written) and limit_fraction: its
 // bytes/s over the limit pass's on the same buffers with the same thread count, the two measured
@@ -31,7 +38,11 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <thread>
 #include <map>
 #include <string>
 #include <vector>
@@ -196,6 +207,206 @@ void table_s4(benchmark::State& state) {
     state.SetBytesProcessed(static_cast<std::int64_t>(131072.0 * 64 * 2 * sizeof(float)) * state.iterations());
 }
 
+// ---- 16-bit storage ------------------------------------------------------------------------------
+
+template <class T>
+struct buffers16 {
+    std::vector<T, xsimd::aligned_allocator<T, 64>> q, k;
+    buffers16() : q(S1_tokens * S1_q_heads * S1_head_dim), k(S1_tokens * S1_kv_heads * S1_head_dim) {
+        for (std::size_t i = 0; i < q.size(); ++i) q[i] = T(static_cast<float>(i % 97) * 0.01f);
+        for (std::size_t i = 0; i < k.size(); ++i) k[i] = T(static_cast<float>(i % 89) * 0.01f);
+    }
+    [[nodiscard]] double bytes_moved() const { return 2.0 * static_cast<double>((q.size() + k.size()) * sizeof(T)); }
+};
+
+template <class T>
+buffers16<T>& s1_buffers16() {
+    static buffers16<T> b;
+    return b;
+}
+
+/// As paired_loop, with any limit pass.
+template <class Limit, class F>
+void paired(benchmark::State& state, double bytes, Limit&& limit, F&& body) {
+    using clock = std::chrono::steady_clock;
+    double limit_seconds = 0, kernel_seconds = 0;
+    for (auto _ : state) {
+        const auto t0 = clock::now();
+        limit();
+        benchmark::ClobberMemory();
+        const auto t1 = clock::now();
+        body();
+        benchmark::ClobberMemory();
+        const auto t2 = clock::now();
+        limit_seconds += std::chrono::duration<double>(t1 - t0).count();
+        kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
+        state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(bytes * static_cast<double>(state.iterations())));
+    if (kernel_seconds > 0) state.counters["limit_fraction"] = limit_seconds / kernel_seconds;
+}
+
+template <class Layout, class T>
+void rope_s1_16(benchmark::State& state, unsigned threads) {
+    auto& b = s1_buffers16<T>();
+    posenc::rotary<Layout> rope({.head_dim = S1_head_dim}, posenc::default_rope{});
+    rope.set_threads(threads);
+    const auto table = rope.table(S1_tokens);
+    posenc::heads_view<T> q(std::span<T>(b.q), {S1_tokens, S1_q_heads, S1_head_dim});
+    posenc::heads_view<T> k(std::span<T>(b.k), {S1_tokens, S1_kv_heads, S1_head_dim});
+    const auto pos = posenc::position_ids::consecutive(0, S1_tokens);
+    paired(
+        state, b.bytes_moved(),
+        [&] {
+            posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.q.data()), b.q.size(), threads);
+            posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.k.data()), b.k.size(), threads);
+        },
+        [&] { rope.apply(table, q, k, pos); });
+}
+
+// ---- KV-cache append: out of place into a cache slot ------------------------------------------------
+
+template <class Layout>
+void kv_append(benchmark::State& state) {
+    constexpr std::size_t cache_tokens = 2 * S1_tokens, slot = 1000;
+    const std::size_t n = S1_tokens * S1_kv_heads * S1_head_dim;
+    static aligned_vector src = [&] {
+        aligned_vector v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 89) * 0.01f;
+        return v;
+    }();
+    static aligned_vector cache(cache_tokens * S1_kv_heads * S1_head_dim, 0.0f);
+    posenc::rotary<Layout> rope({.head_dim = S1_head_dim}, posenc::default_rope{});
+    const auto table = rope.table(slot + S1_tokens);
+    float* dst = cache.data() + slot * S1_kv_heads * S1_head_dim;
+    const posenc::heads_view<const float> sv(std::span<const float>(src), {S1_tokens, S1_kv_heads, S1_head_dim});
+    const posenc::heads_view<float> dv(dst, {S1_tokens, S1_kv_heads, S1_head_dim});
+    const auto pos = posenc::position_ids::consecutive(slot, S1_tokens);
+    paired(
+        state, 2.0 * static_cast<double>(n * sizeof(float)), [&] { std::memcpy(dst, src.data(), n * sizeof(float)); },
+        [&] { rope.apply_into(table, sv, dv, pos); });
+}
+
+// ---- fused QK-norm + RoPE ----------------------------------------------------------------------------
+
+template <class Layout>
+void rope_qknorm(benchmark::State& state, bool two_passes) {
+    auto& b = s1_buffers();
+    posenc::rotary<Layout> rope({.head_dim = S1_head_dim}, posenc::default_rope{.base = 1000000});
+    const auto table = rope.table(S1_tokens);
+    std::vector<float> w(S1_head_dim);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.9f + 0.001f * static_cast<float>(i);
+    const posenc::head_rms_norm qn(w, 1e-6), kn(w, 1e-6, posenc::rms_weight::offset_one);
+    auto q = view(b.q, S1_tokens, S1_q_heads), k = view(b.k, S1_tokens, S1_kv_heads);
+    const auto pos = posenc::position_ids::consecutive(0, S1_tokens);
+    const auto at_zero = posenc::position_ids::constant(0, S1_tokens);  // the identity rotation
+    paired_loop(state, b, 1, [&] {
+        if (two_passes) {
+            rope.apply_normed(table, qn, q, kn, k, at_zero);
+            rope.apply(table, q, k, pos);
+        } else {
+            rope.apply_normed(table, qn, q, kn, k, pos);
+        }
+    });
+}
+
+// ---- threads: what a call pays to split -------------------------------------------------------------
+
+void spawn_join(benchmark::State& state) {
+    for (auto _ : state) {
+        std::thread t([] { benchmark::ClobberMemory(); });
+        t.join();
+    }
+}
+
+/// A persistent pool of `workers` threads (plus the caller) that runs an executor's tasks.
+class pool {
+public:
+    explicit pool(unsigned workers) {
+        for (unsigned i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+    }
+    ~pool() {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        for (auto& t : threads_) t.join();
+    }
+    void run(std::size_t n, const std::function<void(std::size_t)>& task) {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            task_ = &task;
+            n_ = n;
+            next_ = 0;
+            remaining_ = n;
+            ++generation_;
+        }
+        cv_.notify_all();
+        drain();
+        std::unique_lock<std::mutex> l(m_);
+        done_.wait(l, [&] { return remaining_ == 0; });
+        task_ = nullptr;
+    }
+
+private:
+    void drain() {
+        for (;;) {
+            std::size_t i;
+            const std::function<void(std::size_t)>* task;
+            {
+                std::lock_guard<std::mutex> l(m_);
+                if (!task_ || next_ >= n_) return;
+                i = next_++;
+                task = task_;
+            }
+            (*task)(i);
+            std::lock_guard<std::mutex> l(m_);
+            if (--remaining_ == 0) done_.notify_all();
+        }
+    }
+    void work() {
+        unsigned seen = 0;
+        for (;;) {
+            {
+                std::unique_lock<std::mutex> l(m_);
+                cv_.wait(l, [&] { return stop_ || generation_ != seen; });
+                if (stop_) return;
+                seen = generation_;
+            }
+            drain();
+        }
+    }
+    std::vector<std::thread> threads_;
+    std::mutex m_;
+    std::condition_variable cv_, done_;
+    const std::function<void(std::size_t)>* task_ = nullptr;
+    std::size_t n_ = 0, next_ = 0, remaining_ = 0;
+    unsigned generation_ = 0;
+    bool stop_ = false;
+};
+
+template <class Layout>
+void rope_s1_executor(benchmark::State& state, bool persistent) {
+    auto& b = s1_buffers();
+    posenc::rotary<Layout> rope({.head_dim = S1_head_dim}, posenc::default_rope{});
+    rope.set_threads(2);
+    static pool workers(1);
+    if (persistent)
+        rope.set_executor([](std::size_t n, const std::function<void(std::size_t)>& task) { workers.run(n, task); });
+    else
+        rope.set_executor([](std::size_t n, const std::function<void(std::size_t)>& task) {
+            std::vector<std::thread> ts;
+            for (std::size_t i = 1; i < n; ++i) ts.emplace_back([&task, i] { task(i); });
+            task(0);
+            for (auto& t : ts) t.join();
+        });
+    const auto table = rope.table(S1_tokens);
+    auto q = view(b.q, S1_tokens, S1_q_heads), k = view(b.k, S1_tokens, S1_kv_heads);
+    const auto pos = posenc::position_ids::consecutive(0, S1_tokens);
+    paired_loop(state, b, 2, [&] { rope.apply(table, q, k, pos); });
+}
+
 const posenc::yarn s1_yarn{.base = 10000, .factor = 4, .original_max_position = 8192, .beta_fast = 32, .beta_slow = 1};
 
 template <class Layout>
@@ -218,6 +429,30 @@ void register_layout(const std::string& name) {
             ->UseManualTime();
     }
     benchmark::RegisterBenchmark(("rope/S2/" + name).c_str(), rope_s2<Layout>)->Unit(benchmark::kNanosecond);
+    for (unsigned t : {1u, 2u}) {
+        const std::string th = "/threads:" + std::to_string(t);
+        benchmark::RegisterBenchmark(("rope/S1-bf16/" + name + th).c_str(),
+                                     [t](benchmark::State& s) { rope_s1_16<Layout, posenc::bf16>(s, t); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
+        benchmark::RegisterBenchmark(("rope/S1-fp16/" + name + th).c_str(),
+                                     [t](benchmark::State& s) { rope_s1_16<Layout, posenc::fp16>(s, t); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
+    }
+    benchmark::RegisterBenchmark(("kv/append/" + name).c_str(), kv_append<Layout>)->Unit(benchmark::kMicrosecond)->UseManualTime();
+    benchmark::RegisterBenchmark(("rope/S1-qknorm/" + name).c_str(), [](benchmark::State& s) { rope_qknorm<Layout>(s, false); })
+        ->Unit(benchmark::kMicrosecond)
+        ->UseManualTime();
+    benchmark::RegisterBenchmark(("rope/S1-qknorm-2pass/" + name).c_str(),
+                                 [](benchmark::State& s) { rope_qknorm<Layout>(s, true); })
+        ->Unit(benchmark::kMicrosecond)
+        ->UseManualTime();
+    for (bool persistent : {false, true})
+        benchmark::RegisterBenchmark(("rope/S1/" + name + (persistent ? "/executor:pool2" : "/executor:spawn2")).c_str(),
+                                     [persistent](benchmark::State& s) { rope_s1_executor<Layout>(s, persistent); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
 }
 
 // ---- attention -------------------------------------------------------------------------------
@@ -468,6 +703,7 @@ int main(int argc, char** argv) {
     register_layout<posenc::interleaved>("interleaved");
     benchmark::RegisterBenchmark("table/S4", table_s4)->Unit(benchmark::kMillisecond);
     register_attention();
+    benchmark::RegisterBenchmark("threads/spawn-join", spawn_join)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
     // The format Google Benchmark would pick (its flag is parsed by Initialize, which removes it).
     std::string format = "console";

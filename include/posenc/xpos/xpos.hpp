@@ -9,6 +9,7 @@
 //   posenc::xpos_rotary<posenc::half_split> xp({.head_dim = 64}, posenc::xpos{});  // γ 0.4, scale_base 512
 //   xp.apply(q, k, positions);                 // prefill: the same positions for Q and K
 //   xp.apply_queries(q_new, decode_positions); // decode: new queries against cached keys
+//   xp.apply_keys_into(k_proj, cache_slot, positions);  // out of place, e.g. float → bf16 cache
 //
 // Reference followed: flash-attention's RotaryEmbedding (Dao-AILab/flash-attention,
 // flash_attn/layers/rotary.py: _compute_scale, _update_cos_sin_cache) — ζ from
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "posenc/core/concepts.hpp"
+#include "posenc/core/dtypes.hpp"
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
@@ -128,21 +130,45 @@ public:
         return out;
     }
 
-    /// Rotates and scales queries (xpos_role::query) at positions `pos`.
-    void apply_queries(heads_view<float> q, const position_ids& pos) const { run(q, pos, xpos_role::query); }
+    /// Rotates and scales queries (xpos_role::query) at positions `pos`, in place (float, bf16 or
+    /// fp16 storage: computed in float32, rounded once).
+    template <storage_type T>
+    void apply_queries(heads_view<T> q, const position_ids& pos) const {
+        run(detail::job_view::in_place(q), q, pos, xpos_role::query);
+    }
+    void apply_queries(heads_view<float> q, const position_ids& pos) const { apply_queries<float>(q, pos); }
 
-    /// Rotates and scales keys (xpos_role::key) at positions `pos`.
-    void apply_keys(heads_view<float> k, const position_ids& pos) const { run(k, pos, xpos_role::key); }
+    /// Rotates and scales keys (xpos_role::key) at positions `pos`, in place.
+    template <storage_type T>
+    void apply_keys(heads_view<T> k, const position_ids& pos) const {
+        run(detail::job_view::in_place(k), k, pos, xpos_role::key);
+    }
+    void apply_keys(heads_view<float> k, const position_ids& pos) const { apply_keys<float>(k, pos); }
+
+    /// Out of place: dst ← xPos(src), converting between storage types on the way (e.g. keys from
+    /// the projection output into a KV-cache slot). src and dst must not overlap (checked).
+    template <class S, storage_type D>
+        requires storage_type<std::remove_const_t<S>>
+    void apply_queries_into(heads_view<S> src, heads_view<D> dst, const position_ids& pos) const {
+        run_into(src, dst, pos, xpos_role::query);
+    }
+    template <class S, storage_type D>
+        requires storage_type<std::remove_const_t<S>>
+    void apply_keys_into(heads_view<S> src, heads_view<D> dst, const position_ids& pos) const {
+        run_into(src, dst, pos, xpos_role::key);
+    }
 
     /// Both, at the same positions (prefill). Every check runs before anything is written.
-    void apply(heads_view<float> q, heads_view<float> k, const position_ids& pos) const {
+    template <storage_type T>
+    void apply(heads_view<T> q, heads_view<T> k, const position_ids& pos) const {
         require_view(q, "q", pos.size());
         require_view(k, "k", pos.size());
         const auto q_rows = q.empty() ? std::vector<float>{} : rows(pos, xpos_role::query);
         const auto k_rows = k.empty() ? std::vector<float>{} : rows(pos, xpos_role::key);
-        execute(q, pos, q_rows);
-        execute(k, pos, k_rows);
+        execute(detail::job_view::in_place(q), pos, q_rows);
+        execute(detail::job_view::in_place(k), pos, k_rows);
     }
+    void apply(heads_view<float> q, heads_view<float> k, const position_ids& pos) const { apply<float>(q, k, pos); }
 
 private:
     static rope_dims checked(rope_dims d) {
@@ -155,17 +181,29 @@ private:
         return role == xpos_role::query ? e : -e;
     }
 
-    void require_view(const heads_view<float>& v, std::string_view name, std::size_t tokens) const {
+    template <class T>
+    void require_view(const heads_view<T>& v, std::string_view name, std::size_t tokens) const {
         detail::require_view(v, name, tokens, dims_.head_dim);
     }
 
-    void run(heads_view<float> x, const position_ids& pos, xpos_role role) const {
+    template <class T>
+    void run(const detail::job_view& jv, const heads_view<T>& x, const position_ids& pos, xpos_role role) const {
         require_view(x, role == xpos_role::query ? "q" : "k", pos.size());
         if (x.empty()) return;
-        execute(x, pos, rows(pos, role));
+        execute(jv, pos, rows(pos, role));
     }
 
-    void execute(heads_view<float> x, const position_ids& pos, const std::vector<float>& rows) const {
+    template <class S, class D>
+    void run_into(heads_view<S> src, heads_view<D> dst, const position_ids& pos, xpos_role role) const {
+        const heads_view<const std::remove_const_t<S>> s = src;
+        const char* name = role == xpos_role::query ? "q" : "k";
+        require_view(s, name, pos.size());
+        detail::require_out_of_place(s, dst, name);
+        if (s.empty()) return;
+        execute(detail::job_view::out_of_place(s, dst), pos, rows(pos, role));
+    }
+
+    void execute(const detail::job_view& x, const position_ids& pos, const std::vector<float>& rows) const {
         if (x.empty()) return;
         detail::rotate_job job;
         job.views = {x, {}};
