@@ -278,3 +278,70 @@ TEST_CASE("long prefills: recurrence rows equal direct per-position rows", "[rop
     CHECK(rec_far <= 1000);
     CHECK(direct_far == 0);
 }
+
+TEST_CASE("rotary_dim beyond the SIMD kernels' reach (scalar backend) equals the double reference", "[rope][scalar]") {
+    const std::size_t D = 2048, T = 3, H = 2;
+    const std::vector<std::int64_t> pos{0, 77, 4099};
+    const auto inv = posenc_test::closed_form_inv_freq(10000.0, D);
+    const double a = 1.25;
+    std::size_t checked = 0;
+    for (bool inter : {false, true}) {
+        const posenc::any_rotary rope(layout_of(inter), {.head_dim = D}, posenc::rope_frequencies{inv, a});
+        const auto table = rope.table(4100);
+        const auto x = random_floats(T * H * D, 17);
+        const auto fwd = reference(x, D, D, inter, inv, pos, H, a), bwd = reference(x, D, D, inter, inv, pos, H, a, true);
+        for (bool use_table : {false, true}) {
+            auto y = x, z = x;
+            if (use_table) {
+                rope.apply(table, view(y, T, H, D), pos);
+                rope.apply(table, view(z, T, H, D), pos, posenc::rotation::inverse);
+            } else {
+                rope.apply(view(y, T, H, D), pos);
+                rope.apply(view(z, T, H, D), pos, posenc::rotation::inverse);
+            }
+            INFO("interleaved " << inter << " table " << use_table);
+            CHECK(posenc_test::worst_pair_ulps(x, y, fwd, D, D, inter, a) <= 3.0);
+            CHECK(posenc_test::worst_pair_ulps(x, z, bwd, D, D, inter, 1.0 / a) <= 4.0);
+            ++checked;
+        }
+    }
+    REQUIRE(checked == 4);
+}
+
+TEST_CASE("llama3 bands against HF's formula in double, for original lengths that put pairs next to each band edge",
+          "[rope][llama3]") {
+    // HF _compute_llama3_parameters: λ = 2π/θ; λ < L0/high keeps θ, λ > L0/low gives θ/s, in between
+    // (1 − w)·θ/s + w·θ with w = (L0/λ − low)/(high − low).
+    const double base = 500000, s = 8, low = 1, high = 4;
+    const std::size_t d = 128;
+    const auto theta = posenc_test::closed_form_inv_freq(base, d);
+    std::size_t compared = 0, kept = 0, divided = 0, smooth = 0;
+    for (std::int64_t L0 = 1000; L0 <= 20000; L0 += 37) {
+        const auto f = posenc::llama3{.base = base, .factor = s, .low_freq_factor = low, .high_freq_factor = high,
+                                      .original_max_position = L0}
+                           .frequencies(d);
+        REQUIRE(f.inv_freq.size() == d / 2);
+        for (std::size_t i = 0; i < d / 2; ++i) {
+            const double lambda = 2 * 3.14159265358979323846 / theta[i], L = static_cast<double>(L0);
+            double want;
+            if (lambda < L / high) {
+                want = theta[i];
+                ++kept;
+            } else if (lambda > L / low) {
+                want = theta[i] / s;
+                ++divided;
+            } else {
+                const double w = (L / lambda - low) / (high - low);
+                want = (1 - w) * theta[i] / s + w * theta[i];
+                ++smooth;
+            }
+            INFO("L0 " << L0 << " pair " << i << " wavelength " << lambda);
+            CHECK(std::abs(f.inv_freq[i] - want) <= 1e-13 * want);
+            ++compared;
+        }
+    }
+    REQUIRE(compared == 514 * 64);
+    CHECK(kept > 0);
+    CHECK(divided > 0);
+    CHECK(smooth > 0);
+}
