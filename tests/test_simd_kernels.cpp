@@ -6,7 +6,8 @@
 //
 // Tolerances, in float ulps of each rotated pair's length a·|(x₁, x₂)|: cos/sin are rounded once to
 // float (≤ ½ ulp each), the rotation's products and sum in float add ≤ ~1½ ulp; rows given with a
-// row_scale ≠ 1 are rounded twice. Bound used: 3 ulps (measured worst: see each check).
+// row_scale ≠ 1 are rounded twice. Bound used: 3 ulps (measured worst on x86-64 AVX2/SSE: 2.16,
+// table rows at head_dim 1024).
 #include <posenc/posenc.hpp>
 
 #include <algorithm>

@@ -13,8 +13,10 @@ exits 1 if fewer than --min-kill percent are killed.
   tools/mutation-check.py --only 3,17     # some of them
   tools/mutation-check.py --keep DIR      # build in DIR (reused between runs: faster)
 
-The scratch build uses clang++ -O0 -DNDEBUG when clang++ exists (it compiles these tests about
-twice as fast as g++ -O2; asserts off, as in Release), else g++ -O1 -DNDEBUG.
+The scratch build uses g++ -O1 -DNDEBUG (compiles ~40% faster than -O3; asserts off, as in
+Release; -O0 would make the tests themselves minutes long). Mutants run cheapest first: the SIMD
+kernels (4 dispatch units), then the HF reader, then headers every test includes. A full rebuild
+takes ~4 CPU-minutes, so a complete run is about an hour on an idle 2-core machine.
 """
 import argparse
 import os
@@ -199,9 +201,8 @@ def main():
     os.makedirs(src, exist_ok=True)
     copy_tree(repo, src)
     print(f"scratch tree {src}, log {log}", flush=True)
-    cxx = shutil.which("clang++")
-    flags = "-O0 -DNDEBUG" if cxx else "-O1 -DNDEBUG"
-    cxx = cxx or shutil.which("g++")
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+    flags = "-O1 -DNDEBUG"
     if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
         rc = sh(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Mutation", f"-DCMAKE_CXX_COMPILER={cxx}",
                  f"-DCMAKE_CXX_FLAGS_MUTATION={flags}", "-DPOSENC_WARNINGS_AS_ERRORS=OFF", "-DPOSENC_BUILD_BENCH=OFF",
@@ -219,7 +220,11 @@ def main():
     print(f"baseline builds and passes ({time.time() - start:.0f} s)", flush=True)
 
     survivors, killed = [], 0
-    for k in sorted(chosen, key=lambda k: (MUTANTS[k - 1][0], k)):
+    def cost(k):  # how much a mutant of this file rebuilds
+        f = MUTANTS[k - 1][0]
+        return (0 if f == "simd/kernels.hpp" else 1 if f.startswith("hf/") else 2, f, k)
+
+    for k in sorted(chosen, key=cost):
         f, old, new, what = MUTANTS[k - 1]
         path = os.path.join(src, "include/posenc", f)
         original = open(path).read()
