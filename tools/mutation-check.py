@@ -13,6 +13,11 @@ exits 1 if fewer than --min-kill percent are killed.
   tools/mutation-check.py --only 3,17     # some of them
   tools/mutation-check.py --keep DIR      # build in DIR (reused between runs: faster)
 
+Speed: a mutant of a header that every test includes would rebuild all test units (~4 CPU-minutes).
+So such mutants first run against a smaller binary built from the test files of their area (GROUPS
+below; a kill there is a kill of the whole suite), and only their survivors against the whole
+suite: a mutant is reported as surviving only when the full posenc-tests passes.
+
 The scratch build uses g++ -O1 -DNDEBUG (compiles ~40% faster than -O3; asserts off, as in
 Release; -O0 would make the tests themselves minutes long). Mutants run cheapest first: the SIMD
 kernels (4 dispatch units), then the HF reader, then headers every test includes. A full rebuild
@@ -107,8 +112,10 @@ MUTANTS = [
      "longrope amplitude formula"),
     ("rope/dynamic_ntk.hpp", "return detail::ntk_base(base, ratio - (factor - 1.0), rotary_dim);",
      "return detail::ntk_base(base, ratio - factor, rotary_dim);", "dynamic NTK formula: - s instead of - (s - 1)"),
-    ("rope/dynamic_ntk.hpp", "if (seq_len <= original_max_position) return base;", "if (seq_len < original_max_position) return base;",
-     "dynamic NTK: scales at L = L0"),
+    ("rope/dynamic_ntk.hpp",
+     "const double ratio = factor * static_cast<double>(seq_len) / static_cast<double>(original_max_position);",
+     "const double ratio = factor * static_cast<double>(seq_len - 1) / static_cast<double>(original_max_position);",
+     "dynamic NTK: L - 1 instead of L"),
     ("rope/ntk_aware.hpp", "return base * std::pow(scale, d / (d - 2.0));", "return base * std::pow(scale, d / (d - 1.0));",
      "NTK-aware exponent"),
     ("rope/ntk_by_parts.hpp", "w[i] = 1.0 - std::clamp((turns - alpha) / (beta - alpha), 0.0, 1.0);",
@@ -120,8 +127,8 @@ MUTANTS = [
      "return start * std::pow(start, static_cast<double>(2 * (head - c) + 1));", "ALiBi extra slopes off by one"),
     ("bias/t5.hpp", "if (distance < max_exact) return offset + distance;", "if (distance <= max_exact) return offset + distance;",
      "T5 exact range off by one"),
-    ("bias/t5.hpp", "if (distance >= max_distance) return offset + per_direction - 1;",
-     "if (distance > max_distance) return offset + per_direction - 1;", "T5 cap: > instead of >="),
+    ("bias/t5.hpp", "offset = relative_position > 0 ? per_direction : 0;", "offset = relative_position >= 0 ? per_direction : 0;",
+     "T5 bidirectional: r = 0 counted as forward"),
     ("absolute/sinusoidal.hpp", "out[2 * i] = std::sin(a);", "out[2 * i] = std::cos(a);", "sinusoidal: sin/cos swapped"),
     ("xpos/xpos.hpp", "return role == xpos_role::query ? e : -e;", "return role == xpos_role::query ? -e : e;",
      "xPos: decay sign swapped"),
@@ -144,6 +151,43 @@ MUTANTS = [
     ("hf/config.hpp", 'f.layout = top.boolean("rope_interleave", true) ? rope_layout::interleaved : rope_layout::half_split;',
      'f.layout = rope_layout::interleaved;', "DeepSeek rope_interleave ignored"),
 ]
+
+
+# Test files per area, for the first pass of mutants of headers that every test includes.
+GROUPS = {
+    "rope": ["test_rope_reference", "test_rope_properties", "test_errors", "test_rotary_golden", "test_simd_kernels",
+             "test_views_and_convert"],
+    "schedules": ["test_schedules_golden", "test_rope_properties", "test_rope_reference"],
+    "bias": ["test_alibi", "test_t5", "test_encodings_readme"],
+    "other": ["test_sinusoidal", "test_xpos", "test_nope", "test_encodings_readme"],
+}
+
+
+def group_of(f):
+    if f == "simd/kernels.hpp" or f.startswith("hf/"):
+        return None  # cheap to rebuild in full
+    if f.startswith("bias/"):
+        return "bias"
+    if f.startswith(("absolute/", "xpos/", "logit/")):
+        return "other"
+    if f.split("/")[-1] in ("frequencies.hpp", "yarn.hpp", "llama3.hpp", "longrope.hpp", "dynamic_ntk.hpp",
+                            "ntk_aware.hpp", "ntk_by_parts.hpp"):
+        return "schedules"
+    return "rope"
+
+
+GROUP_CMAKE = """
+# --- added by tools/mutation-check.py in its scratch copy only ---
+foreach(group {groups})
+  list(TRANSFORM posenc_mut_${{group}} PREPEND "${{CMAKE_CURRENT_SOURCE_DIR}}/")
+  list(TRANSFORM posenc_mut_${{group}} APPEND ".cpp")
+  add_executable(mut-${{group}} ${{posenc_mut_${{group}}}})
+  target_link_libraries(mut-${{group}} PRIVATE posenc::hf posenc_warnings Catch2::Catch2WithMain)
+  posenc_add_simd_dispatch(mut-${{group}})
+  target_include_directories(mut-${{group}} PRIVATE "${{CMAKE_CURRENT_SOURCE_DIR}}")
+  target_compile_definitions(mut-${{group}} PRIVATE POSENC_TEST_DATA_DIR="${{CMAKE_CURRENT_SOURCE_DIR}}/data")
+endforeach()
+"""
 
 
 def sh(cmd, cwd, log, timeout=None):
@@ -200,6 +244,11 @@ def main():
     src, build, log = os.path.join(work, "src"), os.path.join(work, "build"), os.path.join(work, "log.txt")
     os.makedirs(src, exist_ok=True)
     copy_tree(repo, src)
+    cml = os.path.join(src, "tests", "CMakeLists.txt")
+    text = open(cml).read()
+    if "added by tools/mutation-check.py" not in text:
+        sets = "".join(f"set(posenc_mut_{g} {' '.join(fs)})\n" for g, fs in GROUPS.items())
+        open(cml, "a").write("\n" + sets + GROUP_CMAKE.format(groups=" ".join(GROUPS)))
     print(f"scratch tree {src}, log {log}", flush=True)
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
     flags = "-O1 -DNDEBUG"
@@ -210,19 +259,27 @@ def main():
         if rc:
             print("configure failed; see", log)
             return 2
-    build_cmd = ["cmake", "--build", build, "-j", args.jobs, "--target", "posenc-tests"]
-    test_cmd = [os.path.join(build, "tests", "posenc-tests")]
+    def build_cmd(target="posenc-tests"):
+        return ["cmake", "--build", build, "-j", args.jobs, "--target", target]
+
+    def test_cmd(target="posenc-tests"):
+        return [os.path.join(build, "tests", target)]
 
     start = time.time()
-    if sh(build_cmd, work, log) or sh(test_cmd, build, log, args.timeout):
+    if sh(build_cmd(), work, log) or sh(test_cmd(), build, log, args.timeout):
         print("the unmutated tree does not build or pass its tests; see", log)
         return 2
+    used = sorted({group_of(MUTANTS[k - 1][0]) for k in chosen} - {None})
+    for g in used:  # the smaller binaries must pass unmutated too, or their kills would mean nothing
+        if sh(build_cmd(f"mut-{g}"), work, log) or sh(test_cmd(f"mut-{g}"), build, log, args.timeout):
+            print(f"the unmutated mut-{g} does not build or pass; see", log)
+            return 2
     print(f"baseline builds and passes ({time.time() - start:.0f} s)", flush=True)
 
     survivors, killed = [], 0
     def cost(k):  # how much a mutant of this file rebuilds
         f = MUTANTS[k - 1][0]
-        return (0 if f == "simd/kernels.hpp" else 1 if f.startswith("hf/") else 2, f, k)
+        return (0 if f == "simd/kernels.hpp" else 1 if f.startswith("hf/") else 2, str(group_of(f)), f, k)
 
     for k in sorted(chosen, key=cost):
         f, old, new, what = MUTANTS[k - 1]
@@ -233,18 +290,25 @@ def main():
             out.write(f"\n===== mutant {k}: {f}: {what}\n")
         try:
             open(path, "w").write(original.replace(old, new, 1))
-            if sh(build_cmd, work, log):
-                verdict = "killed (does not build)"
-            else:
-                rc = sh(test_cmd, build, log, args.timeout)
-                verdict = "SURVIVED" if rc == 0 else ("killed (timeout)" if rc == 124 else "killed")
+            targets = ([f"mut-{group_of(f)}"] if group_of(f) else []) + ["posenc-tests"]
+            for target in targets:  # the area's tests first; the whole suite only if they pass
+                with open(log, "a") as out:
+                    out.write(f"----- {target}\n")
+                if sh(build_cmd(target), work, log):
+                    verdict = "killed (does not build)"
+                else:
+                    rc = sh(test_cmd(target), build, log, args.timeout)
+                    verdict = "SURVIVED" if rc == 0 else ("killed (timeout)" if rc == 124 else "killed")
+                if verdict != "SURVIVED":
+                    verdict += f" [{target}]"
+                    break
         finally:
             open(path, "w").write(original)
         if verdict == "SURVIVED":
             survivors.append(k)
         else:
             killed += 1
-        print(f"{k:3d}  {verdict:24s} {f:26s} {what}  ({time.time() - t0:.0f} s)", flush=True)
+        print(f"{k:3d}  {verdict:40s} {f:26s} {what}  ({time.time() - t0:.0f} s)", flush=True)
 
     total = len(chosen)
     pct = 100.0 * killed / total
