@@ -28,7 +28,9 @@ std::vector<float> bias_row(const posenc::alibi_bias& b, std::size_t head, std::
 }  // namespace
 
 TEST_CASE("ALiBi slopes match the authors' get_slopes in float64", "[alibi][golden]") {
+    std::size_t entries = 0;
     for (const auto& e : posenc_test::golden().at("alibi_slopes")) {
+        ++entries;
         const std::size_t n = e.at("n_heads");
         INFO("n_heads = " << n);
         const auto expected = e.at("slopes_f64").get<std::vector<double>>();
@@ -45,6 +47,7 @@ TEST_CASE("ALiBi slopes match the authors' get_slopes in float64", "[alibi][gold
             CHECK(static_cast<double>(static_cast<float>(slopes[h])) == authors_f32[h]);
         }
     }
+    REQUIRE(entries == 19);
 }
 
 TEST_CASE("ALiBi slopes follow the closed forms for any head count", "[alibi][slopes]") {
@@ -86,6 +89,7 @@ TEST_CASE("ALiBi rows equal BLOOM's build_alibi_tensor up to the per-row constan
     // BLOOM adds slope·key_pos with key_pos = (cumsum(mask) − 1)·mask (left padding shifts positions);
     // posenc adds −slope·(query_pos − key_pos). The two differ by slope·query_pos in every row, which the
     // softmax ignores; padded keys are masked by the kernel, so only real keys are compared.
+    std::size_t compared = 0;
     for (const auto& e : posenc_test::golden().at("alibi_bloom_tensor")) {
         INFO(e.at("id").get<std::string>());
         const std::size_t heads = e.at("n_heads");
@@ -110,11 +114,13 @@ TEST_CASE("ALiBi rows equal BLOOM's build_alibi_tensor up to the per-row constan
                         const double ours = row[j] + bias.slope(h) * static_cast<double>(pos[i]);
                         const double theirs = want[j].get<double>();
                         CHECK(std::abs(ours - theirs) <= 1e-6 * std::max(1.0, std::abs(theirs)));
+                        ++compared;
                     }
                 }
             }
         }
     }
+    REQUIRE(compared == 1600);  // Σ over batch rows of (real tokens)² × heads
 }
 
 TEST_CASE("ALiBi bias is -m(i-j) causal and -m|i-j| symmetric, added in double", "[alibi]") {
@@ -139,6 +145,38 @@ TEST_CASE("ALiBi bias is -m(i-j) causal and -m|i-j| symmetric, added in double",
             }
         }
     }
+}
+
+TEST_CASE("ALiBi with explicit key positions on both sides of the query: causal signed, symmetric -m|i-j|", "[alibi]") {
+    // Explicit (int64 and int32) keys take their own loop, not the consecutive one: keys before and
+    // after the query, out of order, repeated, far away, where the two forms differ.
+    const std::size_t heads = 8;
+    const auto slopes = posenc::alibi_slopes(heads);
+    const std::vector<std::int64_t> keys64{1000, 0, 999, 1001, 1500, 3, 1000, 2'000'000, 998, 1'000'000'000};
+    const std::vector<std::int32_t> keys32(keys64.begin(), keys64.end());
+    const std::int64_t q = 1000;
+    std::size_t compared = 0, after_query = 0;
+    for (auto form : {posenc::alibi_form::causal, posenc::alibi_form::symmetric}) {
+        const posenc::alibi_bias bias({.heads = heads, .form = form});
+        for (std::size_t h = 0; h < heads; ++h) {
+            const auto init = posenc_test::random_floats(keys64.size(), static_cast<std::uint32_t>(h + 1));
+            const auto row64 = bias_row(bias, h, q, keys64, init);
+            const auto row32 = bias_row(bias, h, q, std::span<const std::int32_t>(keys32), init);
+            for (std::size_t j = 0; j < keys64.size(); ++j) {
+                INFO("form " << static_cast<int>(form) << " head " << h << " key " << keys64[j]);
+                const double d = static_cast<double>(q - keys64[j]);  // i − j
+                const double b = form == posenc::alibi_form::causal ? -slopes[h] * d : -slopes[h] * std::abs(d);
+                const auto expected = static_cast<float>(static_cast<double>(init[j]) + b);
+                CHECK(row64[j] == expected);
+                CHECK(row32[j] == expected);
+                CHECK(bias.bias(h, q, keys64[j]) == b);
+                if (keys64[j] > q) ++after_query;
+                ++compared;
+            }
+        }
+    }
+    REQUIRE(compared == 2 * heads * keys64.size());
+    REQUIRE(after_query == 2 * heads * 4);
 }
 
 TEST_CASE("ALiBi decode rows equal prefill rows, any cached key positions", "[alibi][decode]") {

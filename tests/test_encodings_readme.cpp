@@ -42,6 +42,27 @@ TEST_CASE("README snippet: ALiBi, T5, sinusoidal, xPos, NoPE", "[readme][encodin
     CHECK(row.size() == 512);
     CHECK(embeddings[1] == 1.0f);  // cos(0)
     CHECK(q[0] == 1.0f);           // position 0: no rotation, scale ζ⁰ = 1, s(0) = 1
+
+    // Values where the encodings' formulas matter (closed forms in double): far keys, a late
+    // position, pairs other than 0.
+    CHECK(std::abs(scores[0] - (-slopes[3] * 127.0 + 0.5)) <= 1e-5);  // ALiBi −m·127, T5 bucket(−127): 0.5
+    for (std::size_t i : {std::size_t{7}, std::size_t{200}}) {
+        const double ang = 100000.0 * std::pow(10000.0, -2.0 * static_cast<double>(i) / 512.0);
+        CHECK(std::abs(row[2 * i] - std::sin(ang)) <= 1e-6);
+        CHECK(std::abs(row[2 * i + 1] - std::cos(ang)) <= 1e-6);
+        const double ang3 = 3.0 * std::pow(10000.0, -2.0 * static_cast<double>(i) / 512.0);
+        CHECK(std::abs(embeddings[3 * 512 + 2 * i] - std::sin(ang3)) <= 1e-6);
+        CHECK(std::abs(embeddings[3 * 512 + 2 * i + 1] - std::cos(ang3)) <= 1e-6);
+    }
+    // xPos, token 5 (head 2), pair 10 = lanes (10, 42): rotated by 5·θ₁₀ and scaled by ζ₁₀^(±5/512) with
+    // ζᵢ = (2i/64 + 0.4)/1.4; inputs are all 1, and s(5) = 1 (Llama 4's floor scale is 8192).
+    const double theta = std::pow(10000.0, -20.0 / 64.0), zeta = (20.0 / 64.0 + 0.4) / 1.4;
+    const double c5 = std::cos(5 * theta), s5 = std::sin(5 * theta);
+    const std::size_t at = (5 * 12 + 2) * 64;
+    CHECK(std::abs(q[at + 10] - std::pow(zeta, 5.0 / 512) * (c5 - s5)) <= 1e-6);
+    CHECK(std::abs(q[at + 42] - std::pow(zeta, 5.0 / 512) * (c5 + s5)) <= 1e-6);
+    CHECK(std::abs(k[at + 10] - std::pow(zeta, -5.0 / 512) * (c5 - s5)) <= 1e-6);
+    CHECK(std::abs(k[at + 42] - std::pow(zeta, -5.0 / 512) * (c5 + s5)) <= 1e-6);
 }
 
 TEST_CASE("each policy plays its role", "[concepts]") {

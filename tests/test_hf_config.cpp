@@ -56,18 +56,21 @@ json config_from_golden(const json& e, bool v5) {
 }  // namespace
 
 TEST_CASE("every golden RoPE config read as a v4 and a v5 config.json gives HF's inv_freq", "[hf][golden]") {
+    std::size_t compared = 0;
     for (const auto& e : posenc_test::golden().at("rope_inv_freq")) {
         for (bool v5 : {false, true}) {
             INFO(e.at("id").get<std::string>() << (v5 ? " (v5)" : " (v4)"));
             const auto cfg = posenc::hf::parse_config(config_from_golden(e, v5));
-            CHECK(cfg.rope.rope_type() == (e.at("rope_type") == "dynamic" ? "dynamic" : e.at("rope_type").get<std::string>()));
+            CHECK(cfg.rope.rope_type() == e.at("rope_type").get<std::string>());  // HF's names are posenc's
             CHECK(cfg.rope.dims.rotary() == e.at("params").at("rotary_dim").get<std::size_t>());
             const std::int64_t seq_len = e.at("seq_len").is_null() ? 0 : e.at("seq_len").get<std::int64_t>();
             check_inv(cfg.rope, e.at("inv_freq_f64").get<std::vector<double>>(), seq_len);
             const auto rot = cfg.rope.make_rotary(seq_len);
             CHECK(std::abs(rot.frequencies().attention_factor - e.at("attention_factor").get<double>()) <= 1e-12);
+            ++compared;
         }
     }
+    REQUIRE(compared == 2 * 28);
 }
 
 TEST_CASE("Llama 3.1: llama3 scaling, half_split, head_dim from hidden_size / heads", "[hf]") {
@@ -307,4 +310,70 @@ TEST_CASE("head sizes must be positive integers, named in the error", "[hf][erro
     const auto cfg = load("llama-3.1-8b.json");
     CHECK(&cfg.rope_for("full_attention") == &cfg.rope);
     expect_config_error([&] { (void)cfg.rope_for("bogus"); }, "layer_type", "bogus");
+}
+
+TEST_CASE("layout of every family the reader knows", "[hf][layout]") {
+    // Written from each family's HF modeling code: rotate_half (half_split) or pairs (2i, 2i+1).
+    const std::vector<std::string> half_split{"llama",    "mistral",   "mixtral",    "ministral", "qwen2",       "qwen2_moe",
+                                              "qwen3",    "qwen3_moe", "phi",        "phi3",      "phimoe",      "gemma",
+                                              "gemma2",   "gemma3",    "gemma3_text", "gpt_neox", "falcon",      "starcoder2",
+                                              "olmo",     "olmo2",     "stablelm",   "granite",   "granitemoe",  "gpt_oss",
+                                              "nemotron", "smollm3"};
+    const std::vector<std::string> interleaved{"gptj", "llama4", "llama4_text", "cohere", "cohere2", "glm", "glm4",
+                                               "deepseek_v2", "deepseek_v3"};
+    auto layout_of = [](const std::string& t) {
+        const json c{{"model_type", t}, {"hidden_size", 4096}, {"num_attention_heads", 32}, {"rope_theta", 500000.0},
+                     {"max_position_embeddings", 8192}};
+        return posenc::hf::parse_config(c).rope.layout;
+    };
+    std::size_t checked = 0;
+    for (const auto& t : half_split) {
+        INFO(t);
+        CHECK(layout_of(t) == posenc::rope_layout::half_split);
+        ++checked;
+    }
+    for (const auto& t : interleaved) {
+        INFO(t);
+        CHECK(layout_of(t) == posenc::rope_layout::interleaved);
+        ++checked;
+    }
+    REQUIRE(checked == 26 + 9);
+    // DeepSeek follows rope_interleave.
+    const json ds{{"model_type", "deepseek_v3"}, {"qk_rope_head_dim", 64}, {"rope_interleave", false}};
+    CHECK(posenc::hf::parse_config(ds).rope.layout == posenc::rope_layout::half_split);
+    // The same family inside a multimodal config's text_config.
+    const json mm{{"model_type", "llava"}, {"text_config", {{"model_type", "cohere"}, {"hidden_size", 4096}, {"num_attention_heads", 32}}}};
+    CHECK(posenc::hf::parse_config(mm).rope.layout == posenc::rope_layout::interleaved);
+}
+
+TEST_CASE("GPT-NeoX and GPT-J aliases are read, with values that differ from every default", "[hf][aliases]") {
+    // GPT-NeoX defaults: rotary_pct 0.25, rotary_emb_base 10000. Here 0.5 and 20000, head_dim 2048/16 = 128.
+    const json neox{{"model_type", "gpt_neox"}, {"hidden_size", 2048}, {"num_attention_heads", 16},
+                    {"rotary_pct", 0.5}, {"rotary_emb_base", 20000}, {"max_position_embeddings", 4096}};
+    const auto n = posenc::hf::parse_config(neox);
+    CHECK(n.rope.dims.head_dim == 128);
+    CHECK(n.rope.dims.rotary() == 64);
+    CHECK(n.rope.layout == posenc::rope_layout::half_split);
+    CHECK(n.max_position_embeddings == 4096);
+    check_inv(n.rope, posenc_test::closed_form_inv_freq(20000.0, 64));
+    // rotary_pct that does not divide evenly: int(96·0.3) = 28, as HF truncates.
+    const json neox_odd{{"model_type", "gpt_neox"}, {"hidden_size", 96 * 4}, {"num_attention_heads", 4}, {"rotary_pct", 0.3}};
+    const auto no = posenc::hf::parse_config(neox_odd);
+    CHECK(no.rope.dims.rotary() == 28);
+    check_inv(no.rope, posenc_test::closed_form_inv_freq(10000.0, 28));
+
+    // GPT-J defaults: n_embd 4096, n_head 16, rotary_dim 64, n_positions 2048. Here 3072 / 24 = 128,
+    // rotary_dim 32, n_positions 1024.
+    const json gptj{{"model_type", "gptj"}, {"n_embd", 3072}, {"n_head", 24}, {"rotary_dim", 32}, {"n_positions", 1024}};
+    const auto j = posenc::hf::parse_config(gptj);
+    CHECK(j.rope.dims.head_dim == 128);
+    CHECK(j.rope.dims.rotary() == 32);
+    CHECK(j.rope.layout == posenc::rope_layout::interleaved);
+    CHECK(j.max_position_embeddings == 1024);
+    check_inv(j.rope, posenc_test::closed_form_inv_freq(10000.0, 32));
+
+    // Generic partial_rotary_factor with a non-integer product (Phi-style): 96·0.3 → 28.
+    const json phi{{"model_type", "phi"}, {"hidden_size", 96 * 8}, {"num_attention_heads", 8}, {"partial_rotary_factor", 0.3},
+                   {"rope_theta", 10000.0}};
+    CHECK(posenc::hf::parse_config(phi).rope.dims.rotary() == 28);
 }

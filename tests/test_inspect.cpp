@@ -83,9 +83,11 @@ TEST_CASE("posenc-inspect human-readable output names the regime of each pair", 
 }
 
 TEST_CASE("posenc-inspect --alibi, --t5, --sinusoidal --json equal the reference implementations", "[inspect][golden]") {
+    std::size_t alibi = 0, t5 = 0, sinusoidal = 0;
     for (const auto& e : posenc_test::golden().at("alibi_slopes")) {
         const int n = e.at("n_heads");
         if (n != 12 && n != 7 && n != 128) continue;
+        ++alibi;
         const auto j = json::parse(inspect("--alibi " + std::to_string(n) + " --json").out);
         CHECK(j.at("encoding") == "alibi");
         CHECK(j.at("n_heads") == n);
@@ -104,6 +106,7 @@ TEST_CASE("posenc-inspect --alibi, --t5, --sinusoidal --json equal the reference
         CHECK(j.at("bidirectional") == bi);
         CHECK(j.at("relative_positions").front() == e.at("relative_position_first"));
         CHECK(j.at("buckets") == e.at("buckets_hf"));
+        ++t5;
     }
     for (const auto& e : posenc_test::golden().at("sinusoidal_absolute")) {
         const bool inter = e.at("variant") == "vaswani_interleaved";
@@ -123,7 +126,13 @@ TEST_CASE("posenc-inspect --alibi, --t5, --sinusoidal --json equal the reference
             for (std::size_t i = 0; i < expected[k].size(); ++i)
                 worst = std::max(worst, std::abs(j.at("table")[k][i].get<double>() - expected[k][i].get<double>()));
         CHECK(worst <= 1e-6);
+        CHECK(expected.size() == 5);
+        CHECK(j.at("table").size() == expected.size());
+        ++sinusoidal;
     }
+    REQUIRE(alibi == 3);
+    REQUIRE(t5 == 2);
+    REQUIRE(sinusoidal == 4);
 }
 
 TEST_CASE("posenc-inspect on BLOOM, MPT, Falcon-ALiBi and T5 configs", "[inspect]") {

@@ -58,7 +58,8 @@ posenc::any_schedule schedule_of(const std::string& type, const json& p) {
 
 TEST_CASE("every schedule matches HF's float64 inv_freq and attention factor", "[rope][golden]") {
     const auto& entries = golden().at("rope_inv_freq");
-    REQUIRE(entries.size() >= 28);
+    REQUIRE(entries.size() == 28);
+    std::size_t compared = 0;
     for (const auto& e : entries) {
         const std::string id = e.at("id");
         INFO(id);
@@ -70,7 +71,9 @@ TEST_CASE("every schedule matches HF's float64 inv_freq and attention factor", "
         CHECK(posenc_test::max_rel_diff(f.inv_freq, expected) <= 1e-12);
         const double af = e.at("attention_factor");
         CHECK(std::abs(f.attention_factor - af) <= 1e-12 * af);
+        ++compared;
     }
+    REQUIRE(compared == 28);
 }
 
 TEST_CASE("dynamic NTK matches HF at every listed length, and its effective base", "[rope][golden][dynamic]") {
@@ -85,7 +88,7 @@ TEST_CASE("dynamic NTK matches HF at every listed length, and its effective base
         CHECK(std::abs(d.effective_base(p.at("rotary_dim"), seq_len_of(e)) - eb) <= 1e-12 * eb);
         ++checked;
     }
-    CHECK(checked == 10);
+    REQUIRE(checked == 10);
 }
 
 TEST_CASE("dynamic NTK has no hidden state: HF's cache demo replayed call by call", "[rope][golden][dynamic]") {
@@ -99,7 +102,9 @@ TEST_CASE("dynamic NTK has no hidden state: HF's cache demo replayed call by cal
     const std::size_t dim = p.at("head_dim");
     const double base = p.at("base"), s = p.at("factor"), L0 = p.at("max_position_embeddings");
     int stale = 0;
+    std::size_t calls = 0;
     for (const auto& call : demo.at("calls")) {
+        ++calls;
         const std::int64_t cached = call.at("max_seq_len_cached_after");
         const double eb = call.at("effective_base_f64_after");
         CHECK(std::abs(d.effective_base(dim, cached) - eb) <= 1e-12 * eb);  // HF, given HF's cached length
@@ -113,6 +118,7 @@ TEST_CASE("dynamic NTK has no hidden state: HF's cache demo replayed call by cal
             CHECK(d.effective_base(dim, len) < eb);
         }
     }
+    REQUIRE(calls >= 3);
     CHECK(stale >= 1);  // the demo does contain the case where HF's state changes the answer
 }
 
@@ -124,7 +130,7 @@ TEST_CASE("longrope switches to long factors strictly above the original length"
         CHECK(l.uses_long_factor(seq_len_of(e)) == e.at("uses_long_factor").get<bool>());
         ++checked;
     }
-    CHECK(checked == 3);  // seq_len unknown, L0, L0 + 1
+    REQUIRE(checked == 3);  // seq_len unknown, L0, L0 + 1
 }
 
 TEST_CASE("yarn: factor is authoritative when max_position_embeddings equals the original", "[rope][golden][yarn]") {

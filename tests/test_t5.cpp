@@ -25,6 +25,7 @@ posenc::t5_buckets buckets_of(const nlohmann::json& e) {
 }  // namespace
 
 TEST_CASE("T5 buckets equal HF's _relative_position_bucket exactly", "[t5][golden]") {
+    std::size_t compared = 0;
     for (const auto& e : posenc_test::golden().at("t5_relative_buckets")) {
         INFO(e.at("id").get<std::string>());
         const auto b = buckets_of(e);
@@ -36,8 +37,10 @@ TEST_CASE("T5 buckets equal HF's _relative_position_bucket exactly", "[t5][golde
             const auto want = expected[static_cast<std::size_t>(r - first)];
             CHECK(b.bucket(r) == want);
             CHECK(posenc::t5_relative_bucket(r, b.bidirectional, b.num_buckets, b.max_distance) == want);
+            ++compared;
         }
     }
+    REQUIRE(compared == 2 * 601);
 }
 
 TEST_CASE("T5 buckets at exact logarithmic ties take the exact value", "[t5]") {
@@ -93,6 +96,7 @@ TEST_CASE("T5 buckets: exact range, monotone in |distance|, capped, in range", "
 
 TEST_CASE("T5 bias rows add table[bucket(key - query), head]", "[t5][bias]") {
     // Reference buckets: the golden HF list for relative positions −300..300 (every |r| ≥ 128 is the cap).
+    std::size_t rows = 0;
     for (const auto& e : posenc_test::golden().at("t5_relative_buckets")) {
         INFO(e.at("id").get<std::string>());
         const auto b = buckets_of(e);
@@ -124,11 +128,13 @@ TEST_CASE("T5 bias rows add table[bucket(key - query), head]", "[t5][bias]") {
                         }
                         INFO("q=" << q << " k0=" << k0 << " n=" << n << " h=" << h);
                         CHECK(ok);
+                        ++rows;
                     }
                 }
             }
         }
     }
+    REQUIRE(rows == 2 * 5 * 9 * 5 * 3);
 }
 
 TEST_CASE("T5 decode row equals the prefill row", "[t5][decode]") {
@@ -139,13 +145,16 @@ TEST_CASE("T5 decode row equals the prefill row", "[t5][decode]") {
     const std::size_t T = 500;
     std::vector<std::int32_t> cache(T);
     for (std::size_t j = 0; j < T; ++j) cache[j] = static_cast<std::int32_t>(j);
+    std::size_t compared = 0;
     for (std::int64_t i : {0, 1, 127, 128, 499}) {
         std::vector<float> prefill(T, 0.0f);
         bias.add_to_scores(3, i, posenc::position_ids::consecutive(0, T), prefill);
         std::vector<float> decode(static_cast<std::size_t>(i + 1), 0.0f);
         bias.add_to_scores(3, i, std::span<const std::int32_t>(cache.data(), decode.size()), decode);
         for (std::size_t j = 0; j < decode.size(); ++j) CHECK(decode[j] == prefill[j]);
+        compared += decode.size();
     }
+    REQUIRE(compared == 1 + 2 + 128 + 129 + 500);
 }
 
 TEST_CASE("T5 errors name the parameter", "[t5][errors]") {

@@ -1,5 +1,6 @@
 #pragma once
 // Independent double-precision references, written from the formulas (not from posenc's code).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,35 @@ inline std::vector<double> reference_rotate(const std::vector<double>& x, std::s
         y[i2] = x[i2] * c + x[i1] * s;
     }
     return y;
+}
+
+/// Closed-form inverse frequencies base^(−2i/d), i < d/2, in double.
+inline std::vector<double> closed_form_inv_freq(double base, std::size_t d) {
+    std::vector<double> inv(d / 2);
+    for (std::size_t i = 0; i < inv.size(); ++i)
+        inv[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    return inv;
+}
+
+/// Worst error of the float lanes `got` against the double reference `ref`, over heads of `head_dim`
+/// lanes laid end to end in `x` (the input), in float ulps of each rotated pair's length
+/// amplitude·|(x1, x2)| (one output lane alone can be tiny through cancellation). Pairs as
+/// reference_rotate pairs them. Lanes ≥ r of every head must be bit-identical to the input:
+/// any change there counts as infinitely wrong.
+inline double worst_pair_ulps(const std::vector<float>& x, const std::vector<float>& got, const std::vector<double>& ref,
+                              std::size_t head_dim, std::size_t r, bool interleaved, double amplitude) {
+    double worst = 0;
+    for (std::size_t base = 0; base + head_dim <= x.size(); base += head_dim) {
+        for (std::size_t i = 0; i < r / 2; ++i) {
+            const std::size_t i1 = base + (interleaved ? 2 * i : i), i2 = base + (interleaved ? 2 * i + 1 : i + r / 2);
+            const auto m = static_cast<float>(std::hypot(double(x[i1]), double(x[i2])) * amplitude);
+            const double ulp = std::max(double(std::nextafter(m, 3e38f) - m), 1e-38);
+            worst = std::max({worst, std::abs(double(got[i1]) - ref[i1]) / ulp, std::abs(double(got[i2]) - ref[i2]) / ulp});
+        }
+        for (std::size_t j = base + r; j < base + head_dim; ++j)
+            if (got[j] != x[j]) return 1e300;
+    }
+    return worst;
 }
 
 inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f) {

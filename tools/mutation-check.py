@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Mutation check for posenc's test suite (not run in CI: ~1 h on 2 busy cores).
+
+Plants plausible bugs in the library one at a time, each as an exact text replacement in one
+header, in a scratch copy of the working tree (tracked and untracked, not ignored, files copied to
+a temporary directory: your checkout and its build/ are never touched), rebuilds posenc-tests
+(and the posenc-inspect it runs) and runs the test binary. A mutant is killed when the tests fail,
+or when it does not build; it survives when they pass. Prints one line per mutant and a summary;
+exits 1 if fewer than --min-kill percent are killed.
+
+  tools/mutation-check.py                 # every mutant
+  tools/mutation-check.py --list          # list them
+  tools/mutation-check.py --only 3,17     # some of them
+  tools/mutation-check.py --keep DIR      # build in DIR (reused between runs: faster)
+
+Speed: a mutant of a header that every test includes would rebuild all test units (~4 CPU-minutes).
+So such mutants first run against a smaller binary built from the test files of their area (GROUPS
+below; a kill there is a kill of the whole suite), and only their survivors against the whole
+suite: a mutant is reported as surviving only when the full posenc-tests passes.
+
+The scratch build uses g++ -O1 -DNDEBUG (compiles ~40% faster than -O3; asserts off, as in
+Release; -O0 would make the tests themselves minutes long). Mutants run cheapest first: the SIMD
+kernels (4 dispatch units), then the HF reader, then headers every test includes. A full rebuild
+takes ~4 CPU-minutes, so a complete run is about an hour on an idle 2-core machine.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+# (file under include/posenc, exact text, replacement, what the bug is). Each text must occur
+# exactly once in its file. Grouped by file, so that consecutive mutants rebuild the same units.
+MUTANTS = [
+    # rotary.hpp: amplitudes, inverse, table checks
+    ("rope/rotary.hpp", "job.amplitude = job.inverse ? 1.0 / a : a;", "job.amplitude = a;",
+     "inverse on the fly keeps the amplitude instead of dividing it out"),
+    ("rope/rotary.hpp", "job.row_scale = job.inverse ? 1.0 / (a * a) : 1.0;", "job.row_scale = job.inverse ? 1.0 / a : 1.0;",
+     "inverse through a table scales rows by 1/a instead of 1/a²"),
+    ("rope/rotary.hpp", "if (table.inv_freq() != freq_.inv_freq || table.amplitude() != freq_.attention_factor)",
+     "if (table.inv_freq() != freq_.inv_freq)", "a table with another amplitude is accepted"),
+    ("rope/rotary.hpp", "        job.amplitude = 1.0;\n        execute(job);", "        execute(job);",
+     "shift() re-applies the amplitude"),
+    ("rope/rotary.hpp", "job.inverse = dir == rotation::inverse;", "job.inverse = false;",
+     "rotation::inverse ignored"),
+    # table.hpp
+    ("rope/table.hpp", "args.amplitude = amplitude_;", "args.amplitude = 1.0;",
+     "table rows built without the amplitude (SIMD table path)"),
+    ("rope/table.hpp", "detail::cos_sin_row(inv_freq_.data(), n, p, amplitude_, r, r + n);",
+     "detail::cos_sin_row(inv_freq_.data(), n, p, 1.0, r, r + n);",
+     "table rows built without the amplitude (rotary_dim > 1024 path)"),
+    ("rope/table.hpp", "return p >= 0 && p < positions_;", "return p >= 0 && p <= positions_;",
+     "table bounds check off by one"),
+    # layout.hpp, rotate_scalar.hpp (the scalar backend: rotary_dim > 1024)
+    ("rope/layout.hpp", "static constexpr std::size_t first(std::size_t i, std::size_t /*rotary_dim*/) noexcept { return 2 * i; }",
+     "static constexpr std::size_t first(std::size_t i, std::size_t /*rotary_dim*/) noexcept { return 2 * i + 1; }",
+     "interleaved pair lanes swapped (scalar backend)"),
+    ("detail/rotate_scalar.hpp", "const double sign = inverse ? -1.0 : 1.0;", "const double sign = inverse ? 1.0 : -1.0;",
+     "scalar backend rotates the wrong way"),
+    # thread slices
+    ("detail/simd_bridge.hpp", "if (a.pos32) a.pos32 += begin;", "",
+     "thread slice: int32 positions not offset"),
+    ("detail/simd_bridge.hpp", "if (a.pos64) a.pos64 += begin;", "if (a.pos64) a.pos64 += end - begin;",
+     "thread slice: int64 positions offset by the slice length"),
+    ("detail/parallel.hpp", "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads); };",
+     "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads - (k + 1 < threads)); };",
+     "thread slice boundary: one token per boundary skipped"),
+    # SIMD kernels
+    ("simd/kernels.hpp", "xsimd::fnma(x2[u], sv[u], x1[u] * cv[u]).store_unaligned(x + i + u * W);",
+     "xsimd::fma(x2[u], sv[u], x1[u] * cv[u]).store_unaligned(x + i + u * W);",
+     "half_split vector rotation: wrong sign of x2·sin"),
+    ("simd/kernels.hpp", "alt[k] = k % 2 ? 1.0f : -1.0f;", "alt[k] = k % 2 ? -1.0f : 1.0f;",
+     "interleaved vector rotation: sin signs swapped"),
+    ("simd/kernels.hpp", "x[n + i] = static_cast<float>(double(x2) * c[i] + double(x1) * s[i]);",
+     "x[n + i] = static_cast<float>(double(x2) * c[i] - double(x1) * s[i]);",
+     "half_split scalar tail: wrong sign"),
+    ("simd/kernels.hpp", "static constexpr std::int64_t reseed = 32;", "static constexpr std::int64_t reseed = 960;",
+     "recurrence re-seed interval 30x longer"),
+    ("simd/kernels.hpp", "if (offset == 0 || first) {", "if (offset == 0 || (first && offset > 16)) {",
+     "recurrence: first row of a call not seeded"),
+    ("simd/kernels.hpp", "static constexpr std::int64_t far_position = std::int64_t{1} << 26;",
+     "static constexpr std::int64_t far_position = std::int64_t{1} << 40;",
+     "vector angle reduction used beyond its exact range"),
+    ("simd/kernels.hpp", "(xsimd::select(q >= two, -sv, sv) * amp).store_unaligned(sd + i);",
+     "(xsimd::select(q > two, -sv, sv) * amp).store_unaligned(sd + i);", "quadrant 2: wrong sine sign"),
+    ("simd/kernels.hpp", "sn = xsimd::fma(z, sn, dbatch(-1.0 / 5040.0));", "sn = xsimd::fma(z, sn, dbatch(-1.0 / 5000.0));",
+     "sine Taylor coefficient wrong"),
+    ("simd/kernels.hpp", "if (src && a.row_scale == 1.0) {", "if (src) {", "row_scale ignored for table rows"),
+    ("simd/kernels.hpp", "for (std::size_t i = 0; i < n; ++i) s[i] = -s[i];", "for (std::size_t i = 1; i < n; ++i) s[i] = -s[i];",
+     "inverse: pair 0 not negated"),
+    # frequencies and schedules
+    ("rope/frequencies.hpp", "return {head_dim, static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor)};",
+     "return {head_dim, static_cast<std::size_t>(std::round(static_cast<double>(head_dim) * partial_rotary_factor))};",
+     "partial rotary: rounds instead of truncating"),
+    ("rope/frequencies.hpp", "inv[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim));",
+     "inv[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim - 2));",
+     "default inv_freq: exponent over d - 2"),
+    ("rope/yarn.hpp", "low = std::floor(low);", "low = std::ceil(low);", "YaRN ramp: low bound ceiled"),
+    ("rope/yarn.hpp", "high = std::min(high, d - 1.0);", "high = std::min(high, d / 2 - 1.0);", "YaRN ramp: high clamp"),
+    ("rope/yarn.hpp", "return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;",
+     "return scale <= 1.0 ? 1.0 : 0.1 * std::log(scale) + 1.0;", "YaRN mscale ignores m (DeepSeek)"),
+    ("rope/llama3.hpp", "if (wavelen < high_freq_wavelen)", "if (wavelen < high_freq_wavelen * 1.05)",
+     "llama3 band edge moved by 5%"),
+    ("rope/llama3.hpp", "w[i] = 1.0 - (L0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);",
+     "w[i] = (L0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);", "llama3 smooth factor inverted"),
+    ("rope/longrope.hpp", "return seq_len > original_max_position; }", "return seq_len >= original_max_position; }",
+     "longrope switches at L0 instead of L0 + 1"),
+    ("rope/longrope.hpp", "return std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original_max_position)));",
+     "return std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original_max_position) * 2));",
+     "longrope amplitude formula"),
+    ("rope/dynamic_ntk.hpp", "return detail::ntk_base(base, ratio - (factor - 1.0), rotary_dim);",
+     "return detail::ntk_base(base, ratio - factor, rotary_dim);", "dynamic NTK formula: - s instead of - (s - 1)"),
+    ("rope/dynamic_ntk.hpp",
+     "const double ratio = factor * static_cast<double>(seq_len) / static_cast<double>(original_max_position);",
+     "const double ratio = factor * static_cast<double>(seq_len - 1) / static_cast<double>(original_max_position);",
+     "dynamic NTK: L - 1 instead of L"),
+    ("rope/ntk_aware.hpp", "return base * std::pow(scale, d / (d - 2.0));", "return base * std::pow(scale, d / (d - 1.0));",
+     "NTK-aware exponent"),
+    ("rope/ntk_by_parts.hpp", "w[i] = 1.0 - std::clamp((turns - alpha) / (beta - alpha), 0.0, 1.0);",
+     "w[i] = 1.0 - std::clamp((turns - alpha) / (beta + alpha), 0.0, 1.0);", "NTK-by-parts ramp denominator"),
+    # biases and other encodings
+    ("bias/alibi.hpp", "s[j] = static_cast<float>(s[j] + m * (causal ? rel : -std::abs(rel)));",
+     "s[j] = static_cast<float>(s[j] + m * (causal ? rel : -rel));", "ALiBi symmetric: abs dropped (explicit keys)"),
+    ("bias/alibi.hpp", "return start * std::pow(start, static_cast<double>(2 * (head - c)));",
+     "return start * std::pow(start, static_cast<double>(2 * (head - c) + 1));", "ALiBi extra slopes off by one"),
+    ("bias/t5.hpp", "if (distance < max_exact) return offset + distance;", "if (distance <= max_exact) return offset + distance;",
+     "T5 exact range off by one"),
+    ("bias/t5.hpp", "offset = relative_position > 0 ? per_direction : 0;", "offset = relative_position >= 0 ? per_direction : 0;",
+     "T5 bidirectional: r = 0 counted as forward"),
+    ("absolute/sinusoidal.hpp", "out[2 * i] = std::sin(a);", "out[2 * i] = std::cos(a);", "sinusoidal: sin/cos swapped"),
+    ("xpos/xpos.hpp", "return role == xpos_role::query ? e : -e;", "return role == xpos_role::query ? -e : e;",
+     "xPos: decay sign swapped"),
+    ("logit/nope.hpp", "return std::log(std::floor((static_cast<double>(pos) + 1.0) / floor_scale) + 1.0) * attn_scale + 1.0;",
+     "return std::log(std::floor(static_cast<double>(pos) / floor_scale) + 1.0) * attn_scale + 1.0;",
+     "Llama 4 temperature: pos instead of pos + 1"),
+    # HF config reader
+    ("hf/config.hpp", '"llama",   "mistral",   "mixtral",', '"llama",   "mixtral",', "layout: mistral left out of half_split"),
+    ("hf/config.hpp", '"gptj", "llama4", "llama4_text", "cohere", "cohere2", "glm", "glm4"};',
+     '"gptj", "llama4", "llama4_text", "cohere", "cohere2", "glm", "glm4", "qwen2"};', "layout: qwen2 made interleaved"),
+    ("hf/config.hpp", 'ctx.partial_rotary_factor = top.number("rotary_pct", 0.25);',
+     'ctx.partial_rotary_factor = top.number("rotary_percentage", 0.25);', "alias misspelt: rotary_pct"),
+    ("hf/config.hpp", 'ctx.rope_theta = top.number(neox_base ? "rotary_emb_base" : "rope_theta", fam.rope_theta);',
+     'ctx.rope_theta = top.number(neox_base ? "rotary_base" : "rope_theta", fam.rope_theta);', "alias misspelt: rotary_emb_base"),
+    ("hf/config.hpp", 'top.integer("n_positions", 2048)', 'top.integer("n_position", 2048)', "alias misspelt: n_positions"),
+    ("hf/config.hpp", 'const std::int64_t embd = top.positive("n_embd", 4096);',
+     'const std::int64_t embd = top.positive("n_embed", 4096);', "alias misspelt: n_embd"),
+    ("hf/config.hpp", 'ctx.gptj_rotary_dim = top.positive("rotary_dim", 64);', 'ctx.gptj_rotary_dim = 64;',
+     "GPT-J rotary_dim ignored"),
+    ("hf/config.hpp", 'f.layout = top.boolean("rope_interleave", true) ? rope_layout::interleaved : rope_layout::half_split;',
+     'f.layout = rope_layout::interleaved;', "DeepSeek rope_interleave ignored"),
+]
+
+
+# Test files per area, for the first pass of mutants of headers that every test includes.
+GROUPS = {
+    "rope": ["test_rope_reference", "test_rope_properties", "test_errors"],
+    "schedules": ["test_schedules_golden", "test_rope_properties", "test_rope_reference"],
+    "bias": ["test_alibi", "test_t5", "test_encodings_readme"],
+    "other": ["test_sinusoidal", "test_xpos", "test_nope", "test_encodings_readme"],
+    "hf": ["test_hf_config"],
+}
+
+
+def group_of(f):
+    if f == "simd/kernels.hpp":
+        return None  # only the kernel units rebuild: cheap in full
+    if f.startswith("hf/"):
+        return "hf"
+    if f.startswith("bias/"):
+        return "bias"
+    if f.startswith(("absolute/", "xpos/", "logit/")):
+        return "other"
+    if f.split("/")[-1] in ("frequencies.hpp", "yarn.hpp", "llama3.hpp", "longrope.hpp", "dynamic_ntk.hpp",
+                            "ntk_aware.hpp", "ntk_by_parts.hpp"):
+        return "schedules"
+    return "rope"
+
+
+GROUP_CMAKE = """
+# --- added by tools/mutation-check.py in its scratch copy only ---
+foreach(group {groups})
+  list(TRANSFORM posenc_mut_${{group}} PREPEND "${{CMAKE_CURRENT_SOURCE_DIR}}/")
+  list(TRANSFORM posenc_mut_${{group}} APPEND ".cpp")
+  add_executable(mut-${{group}} ${{posenc_mut_${{group}}}})
+  target_link_libraries(mut-${{group}} PRIVATE posenc::hf posenc_warnings Catch2::Catch2WithMain)
+  posenc_add_simd_dispatch(mut-${{group}})
+  target_include_directories(mut-${{group}} PRIVATE "${{CMAKE_CURRENT_SOURCE_DIR}}")
+  target_compile_definitions(mut-${{group}} PRIVATE POSENC_TEST_DATA_DIR="${{CMAKE_CURRENT_SOURCE_DIR}}/data")
+endforeach()
+"""
+
+
+def sh(cmd, cwd, log, timeout=None):
+    with open(log, "ab") as out:
+        try:
+            return subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return 124
+
+
+def copy_tree(src, dst):
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=src, check=True,
+                           capture_output=True).stdout.split(b"\0")
+    for f in files:
+        if not f:
+            continue
+        rel = f.decode()
+        s, d = os.path.join(src, rel), os.path.join(dst, rel)
+        if not os.path.isfile(s):
+            continue
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        if not os.path.exists(d) or open(s, "rb").read() != open(d, "rb").read():
+            shutil.copyfile(s, d)  # a fresh mtime: make must rebuild what used the old content
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--keep", default="", help="scratch directory to use (and keep)")
+    ap.add_argument("--jobs", default="2")
+    ap.add_argument("--min-kill", type=float, default=90.0)
+    ap.add_argument("--timeout", type=int, default=600, help="seconds for one test run")
+    ap.add_argument("--no-full", action="store_true",
+                    help="area binaries only (no full-suite baseline or confirmation): faster, survivors unconfirmed")
+    args = ap.parse_args()
+    repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True).stdout.strip()
+
+    chosen = [int(x) for x in args.only.split(",") if x] or list(range(1, len(MUTANTS) + 1))
+    if args.list:
+        for k in chosen:
+            f, _, _, what = MUTANTS[k - 1]
+            print(f"{k:3d}  {f:26s} {what}")
+        return 0
+
+    # Every mutant must apply exactly once, before anything is built.
+    for k in chosen:
+        f, old, _, what = MUTANTS[k - 1]
+        n = open(os.path.join(repo, "include/posenc", f)).read().count(old)
+        if n != 1:
+            print(f"mutant {k} ({what}): its text occurs {n} times in {f}", file=sys.stderr)
+            return 2
+
+    work = args.keep or tempfile.mkdtemp(prefix="posenc-mutants-")
+    os.makedirs(work, exist_ok=True)
+    src, build, log = os.path.join(work, "src"), os.path.join(work, "build"), os.path.join(work, "log.txt")
+    os.makedirs(src, exist_ok=True)
+    copy_tree(repo, src)
+    cml = os.path.join(src, "tests", "CMakeLists.txt")
+    text = open(cml).read()
+    if "added by tools/mutation-check.py" not in text:
+        sets = "".join(f"set(posenc_mut_{g} {' '.join(fs)})\n" for g, fs in GROUPS.items())
+        open(cml, "a").write("\n" + sets + GROUP_CMAKE.format(groups=" ".join(GROUPS)))
+    print(f"scratch tree {src}, log {log}", flush=True)
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+    flags = "-O1 -DNDEBUG"
+    if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
+        rc = sh(["cmake", "-S", src, "-B", build, "-DCMAKE_BUILD_TYPE=Mutation", f"-DCMAKE_CXX_COMPILER={cxx}",
+                 f"-DCMAKE_CXX_FLAGS_MUTATION={flags}", "-DPOSENC_WARNINGS_AS_ERRORS=OFF", "-DPOSENC_BUILD_BENCH=OFF",
+                 "-DPOSENC_BUILD_EXAMPLES=OFF"], work, log)
+        if rc:
+            print("configure failed; see", log)
+            return 2
+    def build_cmd(target="posenc-tests"):
+        return ["cmake", "--build", build, "-j", args.jobs, "--target", target]
+
+    def test_cmd(target="posenc-tests"):
+        return [os.path.join(build, "tests", target)]
+
+    start = time.time()
+    if not args.no_full and (sh(build_cmd(), work, log) or sh(test_cmd(), build, log, args.timeout)):
+        print("the unmutated tree does not build or pass its tests; see", log)
+        return 2
+    used = sorted({group_of(MUTANTS[k - 1][0]) for k in chosen} - {None})
+    for g in used:  # the smaller binaries must pass unmutated too, or their kills would mean nothing
+        if sh(build_cmd(f"mut-{g}"), work, log) or sh(test_cmd(f"mut-{g}"), build, log, args.timeout):
+            print(f"the unmutated mut-{g} does not build or pass; see", log)
+            return 2
+    print(f"baseline builds and passes ({time.time() - start:.0f} s)", flush=True)
+
+    survivors, killed = [], 0
+    def cost(k):  # how much a mutant of this file rebuilds
+        f = MUTANTS[k - 1][0]
+        return (0 if f == "simd/kernels.hpp" else 1 if f.startswith("hf/") else 2, str(group_of(f)), f, k)
+
+    for k in sorted(chosen, key=cost):
+        f, old, new, what = MUTANTS[k - 1]
+        path = os.path.join(src, "include/posenc", f)
+        original = open(path).read()
+        t0 = time.time()
+        with open(log, "a") as out:
+            out.write(f"\n===== mutant {k}: {f}: {what}\n")
+        try:
+            open(path, "w").write(original.replace(old, new, 1))
+            targets = ([f"mut-{group_of(f)}"] if group_of(f) else []) + ([] if args.no_full and group_of(f) else ["posenc-tests"])
+            for target in targets:  # the area's tests first; the whole suite only if they pass
+                with open(log, "a") as out:
+                    out.write(f"----- {target}\n")
+                if sh(build_cmd(target), work, log):
+                    verdict = "killed (does not build)"
+                else:
+                    rc = sh(test_cmd(target), build, log, args.timeout)
+                    verdict = "SURVIVED" if rc == 0 else ("killed (timeout)" if rc == 124 else "killed")
+                if verdict != "SURVIVED":
+                    verdict += f" [{target}]"
+                    break
+        finally:
+            open(path, "w").write(original)
+        if verdict == "SURVIVED" and args.no_full and group_of(f):
+            verdict = "SURVIVED (area tests only)"
+        if verdict.startswith("SURVIVED"):
+            survivors.append(k)
+        else:
+            killed += 1
+        print(f"{k:3d}  {verdict:40s} {f:26s} {what}  ({time.time() - t0:.0f} s)", flush=True)
+
+    total = len(chosen)
+    pct = 100.0 * killed / total
+    print(f"\nkilled {killed} of {total} ({pct:.1f}%) in {time.time() - start:.0f} s")
+    for k in survivors:
+        print(f"  survivor {k}: {MUTANTS[k - 1][0]}: {MUTANTS[k - 1][3]}")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if pct >= args.min_kill else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
