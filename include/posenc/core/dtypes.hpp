@@ -6,7 +6,8 @@
 //
 // The conversions are templates on a tag (default void) so that every SIMD kernel unit, compiled
 // with its own -m flags, instantiates its own copy and never shares machine code with baseline code
-// (the COMDAT rule, shared/notes/xsimd.md).
+// (the COMDAT rule, shared/notes/xsimd.md); __builtin_bit_cast rather than std::bit_cast, whose
+// instantiations would be shared between the units.
 
 #include <bit>
 #include <concepts>
@@ -23,21 +24,21 @@ namespace detail {
 /// float → bfloat16 bits, round to nearest even; NaN stays a (quiet) NaN, overflow gives ±inf.
 template <class Tag = void>
 constexpr std::uint16_t float_to_bf16_bits(float f) noexcept {
-    const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+    const std::uint32_t u = __builtin_bit_cast(std::uint32_t, f);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
     return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
 template <class Tag = void>
 constexpr float bf16_bits_to_float(std::uint16_t b) noexcept {
-    return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+    return __builtin_bit_cast(float, static_cast<std::uint32_t>(b) << 16);
 }
 
 /// float → IEEE binary16 bits, round to nearest even (subnormals included); |f| ≥ 65520 gives ±inf;
 /// NaN → quiet NaN with the top mantissa bits kept (what F16C's vcvtps2ph does).
 template <class Tag = void>
 constexpr std::uint16_t float_to_fp16_bits(float f) noexcept {
-    const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+    const std::uint32_t u = __builtin_bit_cast(std::uint32_t, f);
     const std::uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
     if (a > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u | ((a >> 13) & 0x3FFu));
     if (a >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // ≥ 65520: rounds to inf
@@ -60,8 +61,8 @@ constexpr float fp16_bits_to_float(std::uint16_t h) noexcept {
         const float v = static_cast<float>(m) * 0x1p-24f;
         return sign ? -v : v;
     }
-    if (e == 31) return std::bit_cast<float>(sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u));
-    return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
+    if (e == 31) return __builtin_bit_cast(float, sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u));
+    return __builtin_bit_cast(float, sign | ((e + 112u) << 23) | (m << 13));
 }
 
 }  // namespace detail
