@@ -8,11 +8,24 @@
 //   rope/S2/<layout>            decode: one token at position 100000, cos/sin included
 //   rope/S3/<layout>/threads:N  S1 with cos/sin computed per token inside the timed region
 //   table/S4                    cos/sin table of 131072 positions × 64 pairs, YaRN ×4
+//   attention/S5/threads:N      causal ALiBi attention, 8 heads, seq 1024, head_dim 64, max_bias 8
+//   attention/S5-rope/threads:N causal, GQA 32/8, seq 2048, head_dim 128, RoPE inside (cos/sin per tile)
+//   attention/S5-rope-table/... the same with cos/sin from a table (table_transform)
+//   attention/S5-rope-prerotated/... K rotated once into a copy first (timed), then keys_transformed
+//   attention/S6/threads:N      decode: 1 query at 8191 over a cache of 8192 rotated keys, 32/8, dim 128
+//   attention/S6-head-major/... the same cache laid out [kv head][token][dim]
+//   limit/S5, limit/S5-rope     one head's Eigen GEMMs QKᵀ and PV per thread (-march=native): FLOP/s
+//   limit/S6                    a read pass over the cache's K and V: bytes/s
+//   naive/<shape>               materialised scores and softmax (Eigen GEMMs), 1 thread
+//
+// Attention reports FLOP/s of the useful work (4·heads·D·visible pairs: causal counts the unmasked
+// part) and limit_fraction = its FLOP/s over the limit GEMM's, both timed alternately in the same
+// benchmark; S6 reports bytes/s (K and V read) against the read pass.
 //
 // Every rope/scalar benchmark reports bytes_per_second (Q+K read + written) and limit_fraction: its
 // bytes/s over the limit pass's on the same buffers with the same thread count, the two measured
 // alternately within the benchmark (see paired_loop). limit/S1 also runs on its own. A summary table
-// follows Google Benchmark's own output.
+// follows Google Benchmark's own output, on stderr.
 #include <posenc/posenc.hpp>
 
 #include <benchmark/benchmark.h>
@@ -23,6 +36,9 @@
 #include <string>
 #include <vector>
 
+#include <posenc/attention/attention.hpp>
+
+#include "attention_limit.hpp"
 #include "limit.hpp"
 
 namespace {
@@ -204,32 +220,229 @@ void register_layout(const std::string& name) {
     benchmark::RegisterBenchmark(("rope/S2/" + name).c_str(), rope_s2<Layout>)->Unit(benchmark::kNanosecond);
 }
 
-/// Google Benchmark's console output, then one table: each benchmark's GB/s against the limit's.
-class summary_reporter : public benchmark::ConsoleReporter {
+// ---- attention -------------------------------------------------------------------------------
+
+struct attn_def {
+    const char* name;
+    std::size_t Tq, Tk, Hq, Hkv, D;
+    bool rope, alibi;
+};
+constexpr attn_def S5{"S5", 1024, 1024, 8, 8, 64, false, true};
+constexpr attn_def S5_rope{"S5-rope", 2048, 2048, 32, 8, 128, true, false};
+constexpr attn_def S6{"S6", 1, 8192, 32, 8, 128, true, false};
+
+struct attn_data {
+    aligned_vector q, k, v, out, lq, lk, lv;  // l*: one dense head for the limit GEMM
+    explicit attn_data(const attn_def& s)
+        : q(s.Tq * s.Hq * s.D), k(s.Tk * s.Hkv * s.D), v(s.Tk * s.Hkv * s.D), out(s.Tq * s.Hq * s.D),
+          lq(s.Tk * s.D), lk(s.Tk * s.D), lv(s.Tk * s.D) {
+        for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i % 97) * 0.02f - 0.96f;
+        for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i % 89) * 0.02f - 0.88f;
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 83) * 0.02f - 0.82f;
+        for (std::size_t i = 0; i < lq.size(); ++i) lq[i] = lk[i] = lv[i] = static_cast<float>(i % 79) * 0.02f - 0.78f;
+    }
+};
+
+attn_data& data_for(const attn_def& s) {
+    static std::map<std::string, attn_data> all;
+    auto it = all.find(s.name);
+    if (it == all.end()) it = all.emplace(s.name, attn_data(s)).first;
+    return it->second;
+}
+
+/// 4·Hq·D per visible (query, key) pair; causal: query t (at position Tk − Tq + t) sees Tk − Tq + t + 1 keys.
+double useful_flops(const attn_def& s) {
+    double pairs = 0;
+    for (std::size_t t = 0; t < s.Tq; ++t) pairs += static_cast<double>(s.Tk - s.Tq + t + 1);
+    return 4.0 * static_cast<double>(s.Hq * s.D) * pairs;
+}
+
+enum class rope_variant { on_the_fly, table, prerotated, head_major };
+
+void attention_bench(benchmark::State& state, const attn_def& s, unsigned threads, rope_variant rv) {
+    auto& b = data_for(s);
+    using clock = std::chrono::steady_clock;
+    const posenc::rotary<posenc::half_split> rope({.head_dim = s.D}, posenc::default_rope{});
+    const auto table = rope.table(static_cast<std::int64_t>(s.Tk));
+    const posenc::alibi_bias alibi({.heads = s.Hq, .max_bias = 8});
+    const auto qpos = posenc::position_ids::consecutive(static_cast<std::int64_t>(s.Tk - s.Tq), s.Tq);
+    const auto kpos = posenc::position_ids::consecutive(0, s.Tk);
+    auto Q = posenc::heads_view<float>(std::span<float>(b.q), {s.Tq, s.Hq, s.D});
+    // head_major: the cache laid out [Hkv][Tk][D] (token stride D, head stride Tk·D): each kv head's
+    // rows are contiguous, instead of a token stride of Hkv·D (4 KiB at 8 heads of 128).
+    const posenc::heads_strides kv_strides =
+        rv == rope_variant::head_major ? posenc::heads_strides{s.D, s.Tk * s.D} : posenc::heads_strides{};
+    auto K = posenc::heads_view<float>(std::span<float>(b.k), {s.Tk, s.Hkv, s.D}, kv_strides);
+    auto V = posenc::heads_view<float>(std::span<float>(b.v), {s.Tk, s.Hkv, s.D}, kv_strides);
+    auto O = posenc::heads_view<float>(std::span<float>(b.out), {s.Tq, s.Hq, s.D});
+    aligned_vector kcopy(rv == rope_variant::prerotated ? b.k.size() : 0);
+    const bool decode = s.Tq == 1;
+    auto kernel = [&] {
+        posenc::attention_options opt{.threads = threads};
+        if (s.alibi) {
+            posenc::attention(posenc::attention_encoding{posenc::nope{}, alibi}, Q, K, V, O, qpos, kpos, posenc::causal_mask{}, opt);
+        } else if (decode) {  // the cache holds rotated keys: only the query is rotated
+            opt.keys_transformed = true;
+            posenc::attention(posenc::attention_encoding{rope}, Q, K, V, O, qpos, kpos, posenc::causal_mask{}, opt);
+        } else if (rv == rope_variant::table) {
+            posenc::attention(posenc::attention_encoding{posenc::table_transform{rope, table}}, Q, K, V, O, qpos, kpos,
+                              posenc::causal_mask{}, opt);
+        } else if (rv == rope_variant::prerotated) {
+            std::copy(b.k.begin(), b.k.end(), kcopy.begin());
+            auto Kc = posenc::heads_view<float>(std::span<float>(kcopy), {s.Tk, s.Hkv, s.D});
+            rope.apply(table, Kc, kpos);
+            opt.keys_transformed = true;
+            posenc::attention(posenc::attention_encoding{rope}, Q, Kc, V, O, qpos, kpos, posenc::causal_mask{}, opt);
+        } else {
+            posenc::attention(posenc::attention_encoding{rope}, Q, K, V, O, qpos, kpos, posenc::causal_mask{}, opt);
+        }
+    };
+    double limit_seconds = 0, kernel_seconds = 0, limit_work = 0;
+    float sink = 0;
+    for (auto _ : state) {
+        const auto t0 = clock::now();
+        if (decode) {
+            sink += posenc_bench::read_pass(b.k.data(), b.k.size(), threads);
+            sink += posenc_bench::read_pass(b.v.data(), b.v.size(), threads);
+            limit_work += static_cast<double>((b.k.size() + b.v.size()) * sizeof(float));
+        } else {
+            limit_work += posenc_bench::gemm_pass(b.lq.data(), b.lk.data(), b.lv.data(), s.Tk, s.D, s.D, threads);
+        }
+        benchmark::ClobberMemory();
+        const auto t1 = clock::now();
+        kernel();
+        benchmark::ClobberMemory();
+        const auto t2 = clock::now();
+        limit_seconds += std::chrono::duration<double>(t1 - t0).count();
+        kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
+        state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
+    }
+    benchmark::DoNotOptimize(sink);
+    const double iters = static_cast<double>(state.iterations());
+    if (decode) {
+        const double bytes = static_cast<double>((b.k.size() + b.v.size()) * sizeof(float));
+        state.SetBytesProcessed(static_cast<std::int64_t>(bytes * iters));
+        if (kernel_seconds > 0) state.counters["limit_fraction"] = (bytes * iters / kernel_seconds) / (limit_work / limit_seconds);
+    } else {
+        state.counters["FLOP/s"] = benchmark::Counter(useful_flops(s), benchmark::Counter::kIsIterationInvariantRate);
+        if (kernel_seconds > 0)
+            state.counters["limit_fraction"] = (useful_flops(s) * iters / kernel_seconds) / (limit_work / limit_seconds);
+    }
+}
+
+void attention_limit(benchmark::State& state, const attn_def& s, unsigned threads) {
+    auto& b = data_for(s);
+    double work = 0;
+    float sink = 0;
+    for (auto _ : state) {
+        if (s.Tq == 1) {
+            sink += posenc_bench::read_pass(b.k.data(), b.k.size(), threads);
+            sink += posenc_bench::read_pass(b.v.data(), b.v.size(), threads);
+            work += static_cast<double>((b.k.size() + b.v.size()) * sizeof(float));
+        } else {
+            work += posenc_bench::gemm_pass(b.lq.data(), b.lk.data(), b.lv.data(), s.Tk, s.D, s.D, threads);
+        }
+        benchmark::ClobberMemory();
+    }
+    benchmark::DoNotOptimize(sink);
+    if (s.Tq == 1)
+        state.SetBytesProcessed(static_cast<std::int64_t>(work));
+    else
+        state.counters["FLOP/s"] = benchmark::Counter(work, benchmark::Counter::kIsRate);
+}
+
+void attention_naive(benchmark::State& state, const attn_def& s) {
+    auto& b = data_for(s);
+    const posenc::rotary<posenc::half_split> rope({.head_dim = s.D}, posenc::default_rope{});
+    const auto slopes = posenc::alibi_slopes(s.Hq, 8.0);
+    aligned_vector q(b.q.size()), k(b.k.size());
+    for (auto _ : state) {
+        const float* qp = b.q.data();
+        const float* kp = b.k.data();
+        if (s.rope) {  // rotate copies of Q and K first, as a user would
+            std::copy(b.q.begin(), b.q.end(), q.begin());
+            std::copy(b.k.begin(), b.k.end(), k.begin());
+            rope.apply(posenc::heads_view<float>(std::span<float>(q), {s.Tq, s.Hq, s.D}),
+                       posenc::position_ids::consecutive(static_cast<std::int64_t>(s.Tk - s.Tq), s.Tq));
+            rope.apply(posenc::heads_view<float>(std::span<float>(k), {s.Tk, s.Hkv, s.D}),
+                       posenc::position_ids::consecutive(0, s.Tk));
+            qp = q.data();
+            kp = k.data();
+        }
+        posenc_bench::naive_attention(qp, kp, b.v.data(), b.out.data(), s.Tq, s.Tk, s.Hq, s.Hkv, s.D, s.D,
+                                      s.alibi ? slopes.data() : nullptr, true, static_cast<float>(1.0 / std::sqrt(double(s.D))));
+        benchmark::ClobberMemory();
+    }
+    state.counters["FLOP/s"] = benchmark::Counter(useful_flops(s), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void register_attention() {
+    for (unsigned t : {1u, 2u}) {
+        const std::string th = "/threads:" + std::to_string(t);
+        for (const attn_def* s : {&S5, &S5_rope, &S6}) {
+            benchmark::RegisterBenchmark((std::string("limit/") + s->name + th).c_str(),
+                                         [s, t](benchmark::State& st) { attention_limit(st, *s, t); })
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+            benchmark::RegisterBenchmark((std::string("attention/") + s->name + th).c_str(),
+                                         [s, t](benchmark::State& st) { attention_bench(st, *s, t, rope_variant::on_the_fly); })
+                ->Unit(benchmark::kMillisecond)
+                ->UseManualTime();
+        }
+        benchmark::RegisterBenchmark(("attention/S5-rope-table" + th).c_str(),
+                                     [t](benchmark::State& st) { attention_bench(st, S5_rope, t, rope_variant::table); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseManualTime();
+        benchmark::RegisterBenchmark(("attention/S6-head-major" + th).c_str(),
+                                     [t](benchmark::State& st) { attention_bench(st, S6, t, rope_variant::head_major); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseManualTime();
+        benchmark::RegisterBenchmark(("attention/S5-rope-prerotated" + th).c_str(),
+                                     [t](benchmark::State& st) { attention_bench(st, S5_rope, t, rope_variant::prerotated); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseManualTime();
+    }
+    for (const attn_def* s : {&S5, &S5_rope, &S6})
+        benchmark::RegisterBenchmark((std::string("naive/") + s->name).c_str(),
+                                     [s](benchmark::State& st) { attention_naive(st, *s); })
+            ->Unit(benchmark::kMillisecond);
+}
+
+/// Google Benchmark's own output (console, JSON or CSV, as --benchmark_format says) on stdout, then
+/// one summary table on stderr, so that --benchmark_format=json output stays valid JSON.
+template <class Base>
+class summary_reporter : public Base {
 public:
+    using Run = benchmark::BenchmarkReporter::Run;
     void ReportRuns(const std::vector<Run>& runs) override {
-        ConsoleReporter::ReportRuns(runs);
+        Base::ReportRuns(runs);
         for (const auto& r : runs) {
             if (r.run_type == Run::RT_Aggregate && r.aggregate_name != "median") continue;
             const auto bps = r.counters.find("bytes_per_second");
+            const auto flops = r.counters.find("FLOP/s");
             const auto frac = r.counters.find("limit_fraction");
             std::string name = r.run_name.str();  // without Google Benchmark's timing suffix
             for (const char* suffix : {"/manual_time", "/real_time"})
                 if (const auto at = name.find(suffix); at != std::string::npos) name.erase(at, std::string(suffix).size());
-            rows_.push_back({name, r.GetAdjustedRealTime(), GetTimeUnitString(r.time_unit),
+            rows_.push_back({name, r.GetAdjustedRealTime(), benchmark::GetTimeUnitString(r.time_unit),
                              bps == r.counters.end() ? 0.0 : double(bps->second) / 1e9,
+                             flops == r.counters.end() ? 0.0 : double(flops->second) / 1e9,
                              frac == r.counters.end() ? -1.0 : double(frac->second)});
         }
     }
     void Finalize() override {
-        ConsoleReporter::Finalize();
-        std::printf("\nposenc-bench summary (kernels: %s; limit = x <- a*x over the same Q and K)\n",
-                    posenc::simd::active_arch_name());
-        std::printf("%-38s %12s %10s %15s\n", "benchmark", "time", "GB/s", "limit_fraction");
+        Base::Finalize();
+        std::fprintf(stderr, "\nposenc-bench summary (kernels: %s, attention: %s; limits: x <- a*x over the same Q and K, "
+                             "Eigen GEMMs, a read pass)\n",
+                     posenc::simd::active_arch_name(), posenc::simd::attention_kernels().arch);
+        std::fprintf(stderr, "%-38s %12s %10s %10s %15s\n", "benchmark", "time", "GB/s", "GFLOP/s", "limit_fraction");
         for (const auto& row : rows_) {
-            char frac[32] = "";
+            char frac[32] = "", gb[32] = "", gf[32] = "";
             if (row.fraction >= 0) std::snprintf(frac, sizeof frac, "%.2f", row.fraction);
-            std::printf("%-38s %9.2f %-2s %10.1f %15s\n", row.name.c_str(), row.time, row.unit.c_str(), row.gbps, frac);
+            if (row.gbps > 0) std::snprintf(gb, sizeof gb, "%.1f", row.gbps);
+            if (row.gflops > 0) std::snprintf(gf, sizeof gf, "%.1f", row.gflops);
+            std::fprintf(stderr, "%-38s %9.2f %-2s %10s %10s %15s\n", row.name.c_str(), row.time, row.unit.c_str(), gb, gf,
+                         frac);
         }
     }
 
@@ -238,7 +451,7 @@ private:
         std::string name;
         double time;
         std::string unit;
-        double gbps, fraction;
+        double gbps, gflops, fraction;
     };
     std::vector<row> rows_;
 };
@@ -254,10 +467,22 @@ int main(int argc, char** argv) {
     register_layout<posenc::half_split>("half_split");
     register_layout<posenc::interleaved>("interleaved");
     benchmark::RegisterBenchmark("table/S4", table_s4)->Unit(benchmark::kMillisecond);
+    register_attention();
 
+    // The format Google Benchmark would pick (its flag is parsed by Initialize, which removes it).
+    std::string format = "console";
+    for (int i = 1; i < argc; ++i)
+        if (std::string a = argv[i]; a.rfind("--benchmark_format=", 0) == 0) format = a.substr(19);
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-    summary_reporter reporter;
-    benchmark::RunSpecifiedBenchmarks(&reporter);
+    if (format == "json") {
+        summary_reporter<benchmark::JSONReporter> reporter;
+        benchmark::RunSpecifiedBenchmarks(&reporter);
+    } else if (format != "console") {
+        benchmark::RunSpecifiedBenchmarks();  // csv: Google Benchmark's own reporter, no summary
+    } else {
+        summary_reporter<benchmark::ConsoleReporter> reporter;
+        benchmark::RunSpecifiedBenchmarks(&reporter);
+    }
     benchmark::Shutdown();
 }

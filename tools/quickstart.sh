@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(g++ cmake make pkgconf libxsimd-dev catch2 libbenchmark-dev nlohmann-json3-dev)
+packages=(g++ cmake make pkgconf libxsimd-dev catch2 libbenchmark-dev nlohmann-json3-dev libeigen3-dev)
 install_deps() {
   local missing=()
   for p in "${packages[@]}" "$@"; do

@@ -48,6 +48,7 @@ inline void require_tokens(const heads_view<float>& v, std::string_view name, st
 /// The identity query/key transform.
 struct nope {
     static constexpr std::string_view name = "nope";
+    static constexpr bool is_identity = true;  ///< attention reads K in place
 
     /// Leaves x unchanged; checks only that it has one token per position.
     void apply(heads_view<float> x, const position_ids& pos) const { detail::require_tokens(x, "x", pos.size()); }

@@ -1,0 +1,83 @@
+// Eigen limits and naive baseline for the attention benchmarks (see attention_limit.hpp).
+#define EIGEN_DONT_PARALLELIZE  // one GEMM per thread, threads are ours
+#include <Eigen/Core>
+
+#include <posenc/detail/parallel.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "attention_limit.hpp"
+
+namespace posenc_bench {
+
+using rowmat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using cmap = Eigen::Map<const rowmat, 0, Eigen::OuterStride<>>;
+
+double gemm_pass(const float* q, const float* k, const float* v, std::size_t T, std::size_t D, std::size_t Dv,
+                 unsigned threads) {
+    const auto t = static_cast<Eigen::Index>(T), d = static_cast<Eigen::Index>(D), dv = static_cast<Eigen::Index>(Dv);
+    static thread_local rowmat s, o;
+    auto one = [&] {
+        s.resize(t, t);
+        o.resize(t, dv);
+        const cmap Q(q, t, d, Eigen::OuterStride<>(d)), K(k, t, d, Eigen::OuterStride<>(d));
+        const cmap V(v, t, dv, Eigen::OuterStride<>(dv));
+        s.noalias() = Q * K.transpose();
+        o.noalias() = s * V;
+    };
+    if (threads <= 1)
+        one();
+    else
+        posenc::detail::parallel_slices(threads, threads, [&](std::size_t, std::size_t) { one(); });
+    return static_cast<double>(threads) * 2.0 * static_cast<double>(T) * static_cast<double>(T) *
+           static_cast<double>(D + Dv);
+}
+
+float read_pass(const float* x, std::size_t n, unsigned threads) {
+    float sums[64] = {};  // (no std::vector here: its code would be shared with the baseline units)
+    if (threads > 64) threads = 64;
+    auto run = [&](std::size_t b, std::size_t e, std::size_t slot) {
+        sums[slot] = Eigen::Map<const Eigen::VectorXf>(x + b, static_cast<Eigen::Index>(e - b)).sum();
+    };
+    if (threads <= 1)
+        run(0, n, 0);
+    else
+        posenc::detail::parallel_slices(threads, threads, [&](std::size_t b, std::size_t) {
+            run(n * b / threads, n * (b + 1) / threads, b);
+        });
+    float total = 0;
+    for (float s : sums) total += s;
+    return total;
+}
+
+void naive_attention(const float* q, const float* k, const float* v, float* out, std::size_t Tq, std::size_t Tk,
+                     std::size_t Hq, std::size_t Hkv, std::size_t D, std::size_t Dv, const double* slopes, bool causal,
+                     float scale) {
+    const auto tq = static_cast<Eigen::Index>(Tq), tk = static_cast<Eigen::Index>(Tk);
+    const auto d = static_cast<Eigen::Index>(D), dv = static_cast<Eigen::Index>(Dv);
+    const std::size_t G = Hq / Hkv;
+    rowmat s(tq, tk);
+    for (std::size_t h = 0; h < Hq; ++h) {
+        const cmap Q(q + h * D, tq, d, Eigen::OuterStride<>(static_cast<Eigen::Index>(Hq * D)));
+        const cmap K(k + (h / G) * D, tk, d, Eigen::OuterStride<>(static_cast<Eigen::Index>(Hkv * D)));
+        const cmap V(v + (h / G) * Dv, tk, dv, Eigen::OuterStride<>(static_cast<Eigen::Index>(Hkv * Dv)));
+        s.noalias() = scale * (Q * K.transpose());
+        for (Eigen::Index i = 0; i < tq; ++i) {
+            const Eigen::Index qi = tk - tq + i;  // the query's position
+            float* row = s.data() + i * tk;
+            for (Eigen::Index j = 0; j < tk; ++j) {
+                if (slopes) row[j] += static_cast<float>(-slopes[h] * static_cast<double>(qi - j));
+                if (causal && j > qi) row[j] = -std::numeric_limits<float>::infinity();
+            }
+            auto r = s.row(i).array();
+            const float m = r.maxCoeff();
+            r = (r - m).exp();
+            r /= r.sum();
+        }
+        Eigen::Map<rowmat, 0, Eigen::OuterStride<>> O(out + h * Dv, tq, dv, Eigen::OuterStride<>(static_cast<Eigen::Index>(Hq * Dv)));
+        O.noalias() = s * V;
+    }
+}
+
+}  // namespace posenc_bench

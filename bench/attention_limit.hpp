@@ -1,0 +1,25 @@
+#pragma once
+// The attention benchmarks' limits and naive baseline, in attention_limit.cpp: the one translation
+// unit of posenc-bench that includes Eigen, compiled with -march=native (the bench is built for the
+// machine it runs on), so the limit GEMM runs on the widest vectors this CPU has and is the only copy
+// of Eigen's code in the program (no COMDAT merging with other flags).
+#include <cstddef>
+
+namespace posenc_bench {
+
+/// On each of `threads` threads: one head's Eigen GEMMs S = Q·Kᵀ [T×D]·[D×T] and O = S·V [T×T]·[T×Dv]
+/// (dense [T][D] inputs). Returns the FLOPs done: threads·(2·T·T·D + 2·T·T·Dv).
+double gemm_pass(const float* q, const float* k, const float* v, std::size_t T, std::size_t D, std::size_t Dv,
+                 unsigned threads);
+
+/// A read pass over n floats (vectorized sum), split over `threads` threads; returns the sum.
+float read_pass(const float* x, std::size_t n, unsigned threads);
+
+/// Materialised attention, what one writes first: per head S = s·Q·Kᵀ (+ ALiBi −m_h(i−j) when slopes),
+/// causal −∞ above the diagonal, row softmax, O = P·V. Dense [T][H][D] buffers, Hq multiple of Hkv,
+/// queries at positions Tk − Tq.. (the last ones).
+void naive_attention(const float* q, const float* k, const float* v, float* out, std::size_t Tq, std::size_t Tk,
+                     std::size_t Hq, std::size_t Hkv, std::size_t D, std::size_t Dv, const double* slopes, bool causal,
+                     float scale);
+
+}  // namespace posenc_bench

@@ -1,0 +1,48 @@
+#pragma once
+// Choosing the attention steps' architecture, as simd/dispatch.hpp does for the rotary kernels: with
+// POSENC_SIMD_DISPATCH (posenc_add_simd_dispatch), the steps are compiled once per x86-64
+// architecture in the generated per-arch units (they include attention/instantiate.hpp) and the
+// widest one the CPU runs is picked at run time; otherwise they follow the including unit's target.
+
+#include <xsimd/xsimd.hpp>
+
+#include "posenc/attention/functors.hpp"
+#include "posenc/simd/dispatch.hpp"
+
+#ifndef POSENC_SIMD_RUNTIME_DISPATCH
+#include "posenc/attention/kernels.hpp"
+#endif
+
+namespace posenc::simd {
+
+#ifdef POSENC_SIMD_RUNTIME_DISPATCH
+#define POSENC_ATTN_DECLARE(ARCH)                                                                        \
+    extern template void attn_qk_functor::operator()<ARCH>(ARCH, const attn_qk_args&) const noexcept;           \
+    extern template void attn_softmax_functor::operator()<ARCH>(ARCH, const attn_softmax_args&) const noexcept; \
+    extern template void attn_pv_functor::operator()<ARCH>(ARCH, const attn_pv_args&) const noexcept;
+POSENC_ATTN_DECLARE(xsimd::avx512bw)
+POSENC_ATTN_DECLARE(xsimd::fma3<xsimd::avx2>)
+POSENC_ATTN_DECLARE(xsimd::sse4_2)
+POSENC_ATTN_DECLARE(xsimd::sse2)
+#undef POSENC_ATTN_DECLARE
+#endif
+
+/// The steps compiled for Arch (the caller makes sure the CPU runs it; tests force each one).
+template <class Arch>
+[[nodiscard]] attn_kernels attention_kernels_for() noexcept {
+    attn_kernels k;
+    k.qk = [](const attn_qk_args& a) noexcept { attn_qk_functor{}(Arch{}, a); };
+    k.softmax = [](const attn_softmax_args& a) noexcept { attn_softmax_functor{}(Arch{}, a); };
+    k.pv = [](const attn_pv_args& a) noexcept { attn_pv_functor{}(Arch{}, a); };
+    k.arch = Arch::name();
+    return k;
+}
+
+/// The widest architecture this CPU runs (of dispatch_archs), resolved once.
+[[nodiscard]] inline attn_kernels attention_kernels() noexcept {
+    static const attn_kernels best =
+        xsimd::dispatch<dispatch_archs>([](auto arch) { return attention_kernels_for<decltype(arch)>(); })();
+    return best;
+}
+
+}  // namespace posenc::simd

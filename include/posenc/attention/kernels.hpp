@@ -1,0 +1,281 @@
+#pragma once
+// xsimd definitions of the attention steps declared in functors.hpp, templated on the architecture.
+// Only arch-templated code lives here (the COMDAT rule of simd/rotate_args.hpp: a non-template inline
+// function compiled with AVX-512 flags could replace the baseline copy at link time), so no std::
+// helpers either: std::max, std::exp(float) are inline functions the linker would merge.
+//
+// QKᵀ: K's tile is transposed into scratch ([head_dim][64], keys contiguous) so that the inner loop
+// broadcasts one q element and multiplies a vector of keys; a 4-row × 4-vector register block gives
+// 16 FMAs per 4 vector loads and 4 broadcasts. PV: V rows are already contiguous over Dv: a 4-row ×
+// 4-vector block broadcasts p and streams V. The transposition costs head_dim·64 moves per tile,
+// shared by every query row of the tile (rows = G·query tokens); for 8 rows or fewer (decode) QKᵀ
+// takes dot products along D instead.
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include <xsimd/xsimd.hpp>
+
+#include "posenc/attention/functors.hpp"
+
+namespace posenc::simd {
+
+template <class Arch>
+struct attention_steps {
+    using batch = xsimd::batch<float, Arch>;
+    static constexpr std::size_t W = batch::size;
+    static constexpr std::size_t BK = attn_key_tile;
+    static constexpr std::size_t NV = BK / W;           // vectors per score row
+    static constexpr std::size_t CV = NV < 4 ? NV : 4;  // vectors per register block
+    static constexpr std::size_t RB = attn_row_block;
+    static constexpr float ninf = -__builtin_inff();  // (not numeric_limits: a weak function at -O0)
+    static_assert(BK % W == 0 && NV % CV == 0);
+
+    /// Rows of one kv head lie a token stride apart (4 KiB for 8 heads of 128): the hardware prefetcher
+    /// stops at page boundaries, so decode, which streams K and V once, asks for rows ahead itself.
+    static constexpr std::size_t prefetch_rows = 16;
+    static void prefetch_row(const float* p, std::size_t n) noexcept {
+        for (std::size_t i = 0; i < n; i += 16) __builtin_prefetch(p + i);
+    }
+
+    // exp and tanh written here, not xsimd's: those call scalar-typed helpers (constants::infinity<float>,
+    // bit_cast<float, unsigned>) that are weak symbols shared by every architecture's unit — the COMDAT
+    // trap. These use batch operations and literal constants only.
+
+    /// e^x for x ≤ 0 (the softmax's s − m), 1-2 ulp: Cephes' expf (n = round(x·log₂e), r = x − n·ln 2 in
+    /// two parts, degree-5 polynomial, × 2ⁿ). x < −87 (and −∞) gives exactly 0.
+    static batch exp_nonpositive(const batch& x) noexcept {
+        using ibatch = xsimd::batch<std::int32_t, Arch>;
+        const batch xc = xsimd::max(x, batch(-87.0f));
+        const batch n = xsimd::nearbyint(xc * batch(1.44269504088896341f));
+        batch r = xsimd::fnma(n, batch(0.693359375f), xc);
+        r = xsimd::fnma(n, batch(-2.12194440e-4f), r);
+        batch p(1.9875691500e-4f);
+        p = xsimd::fma(p, r, batch(1.3981999507e-3f));
+        p = xsimd::fma(p, r, batch(8.3334519073e-3f));
+        p = xsimd::fma(p, r, batch(4.1665795894e-2f));
+        p = xsimd::fma(p, r, batch(1.6666665459e-1f));
+        p = xsimd::fma(p, r, batch(5.0000001201e-1f));
+        p = xsimd::fma(p * r, r, r) + batch(1.0f);
+        const ibatch bits = (xsimd::to_int(n) + ibatch(127)) << 23;
+        const batch scaled = p * xsimd::bitwise_cast<batch>(bits);
+        return xsimd::select(x < batch(-87.0f), batch(0.0f), scaled);
+    }
+
+    /// tanh: odd Taylor series through x⁹ for |x| < 0.3 (remainder < 2e-8 relative), else
+    /// sign(x)·(1 − 2/(e^{2|x|} + 1)) with e^{2|x|} = 1/e^{−2|x|}.
+    static batch tanh_(const batch& x) noexcept {
+        const batch a = xsimd::abs(x);
+        const batch z = x * x;
+        batch p(62.0f / 2835.0f);
+        p = xsimd::fma(p, z, batch(-17.0f / 315.0f));
+        p = xsimd::fma(p, z, batch(2.0f / 15.0f));
+        p = xsimd::fma(p, z, batch(-1.0f / 3.0f));
+        const batch small = xsimd::fma(p * z, x, x);
+        const batch e = exp_nonpositive(batch(-2.0f) * a);  // e^{−2|x|} ∈ (0, 1]
+        const batch t = (batch(1.0f) - e) / (batch(1.0f) + e);
+        const batch large = xsimd::select(x < batch(0.0f), -t, t);
+        return xsimd::select(a < batch(0.3f), small, large);
+    }
+
+    static float lane0(const batch& b) noexcept {
+        alignas(64) float t[W];
+        b.store_aligned(t);
+        return t[0];
+    }
+    static float hmax(const batch& b) noexcept {
+        alignas(64) float t[W];
+        b.store_aligned(t);
+        float m = t[0];
+        for (std::size_t i = 1; i < W; ++i) m = t[i] > m ? t[i] : m;
+        return m;
+    }
+    static float hsum(const batch& b) noexcept {  // pairwise, not a serial chain
+        alignas(64) float t[W];
+        b.store_aligned(t);
+        for (std::size_t w = W / 2; w > 0; w /= 2)
+            for (std::size_t i = 0; i < w; ++i) t[i] += t[i + w];
+        return t[0];
+    }
+
+    /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
+    /// never transposed; the transposition would cost more than these rows' FMAs.
+    static void qk_dot(const attn_qk_args& a) noexcept {
+        const std::size_t D = a.head_dim, Dw = D / W * W;
+        for (std::size_t r = 0; r < a.rows; ++r)
+            for (std::size_t j = a.keys; j < BK; ++j) a.s[r * BK + j] = 0.0f;
+        std::size_t j = 0;
+        for (; j + 2 <= a.keys; j += 2) {  // two keys at a time: each q vector loaded once for both
+            const float* k0 = a.k + j * a.k_stride;
+            const float* k1 = k0 + a.k_stride;
+            if (j + 2 + prefetch_rows < a.keys) {
+                prefetch_row(a.k + (j + prefetch_rows) * a.k_stride, D);
+                prefetch_row(a.k + (j + 1 + prefetch_rows) * a.k_stride, D);
+            }
+            for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
+                const float* q0 = a.q + r0 * D;
+                batch acc0[RB], acc1[RB];
+                for (std::size_t i = 0; i < RB; ++i) acc0[i] = acc1[i] = batch(0.0f);
+                for (std::size_t d = 0; d < Dw; d += W) {
+                    const batch kv0 = batch::load_unaligned(k0 + d), kv1 = batch::load_unaligned(k1 + d);
+                    for (std::size_t i = 0; i < RB; ++i) {
+                        const batch qv = batch::load_unaligned(q0 + i * D + d);
+                        acc0[i] = xsimd::fma(qv, kv0, acc0[i]);
+                        acc1[i] = xsimd::fma(qv, kv1, acc1[i]);
+                    }
+                }
+                for (std::size_t i = 0; i < RB; ++i) {
+                    float x0 = hsum(acc0[i]), x1 = hsum(acc1[i]);
+                    for (std::size_t d = Dw; d < D; ++d) {
+                        x0 += q0[i * D + d] * k0[d];
+                        x1 += q0[i * D + d] * k1[d];
+                    }
+                    a.s[(r0 + i) * BK + j] = x0;
+                    a.s[(r0 + i) * BK + j + 1] = x1;
+                }
+            }
+        }
+        for (; j < a.keys; ++j) {
+            const float* kr = a.k + j * a.k_stride;
+            for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
+                const float* q0 = a.q + r0 * D;
+                batch acc[RB];
+                for (std::size_t i = 0; i < RB; ++i) acc[i] = batch(0.0f);
+                for (std::size_t d = 0; d < Dw; d += W) {
+                    const batch kv = batch::load_unaligned(kr + d);
+                    for (std::size_t i = 0; i < RB; ++i) acc[i] = xsimd::fma(batch::load_unaligned(q0 + i * D + d), kv, acc[i]);
+                }
+                for (std::size_t i = 0; i < RB; ++i) {
+                    float x = hsum(acc[i]);
+                    for (std::size_t d = Dw; d < D; ++d) x += q0[i * D + d] * kr[d];
+                    a.s[(r0 + i) * BK + j] = x;
+                }
+            }
+        }
+    }
+
+    static void qk(const attn_qk_args& a) noexcept {
+        if (a.rows <= 2 * RB) return qk_dot(a);
+        const std::size_t D = a.head_dim;
+        float* kt = a.kt;
+        for (std::size_t d = 0; d < D; ++d)
+            for (std::size_t j = a.keys; j < BK; ++j) kt[d * BK + j] = 0.0f;
+        for (std::size_t j = 0; j < a.keys; ++j) {
+            const float* kr = a.k + j * a.k_stride;
+            for (std::size_t d = 0; d < D; ++d) kt[d * BK + j] = kr[d];
+        }
+        for (std::size_t r = 0; r < a.rows; r += RB) {
+            const float* q0 = a.q + r * D;
+            for (std::size_t c = 0; c < NV; c += CV) {
+                batch acc[RB][CV];
+                for (std::size_t i = 0; i < RB; ++i)
+                    for (std::size_t u = 0; u < CV; ++u) acc[i][u] = batch(0.0f);
+                const float* kc = kt + c * W;
+                for (std::size_t d = 0; d < D; ++d) {
+                    batch kv[CV];
+                    for (std::size_t u = 0; u < CV; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
+                    for (std::size_t i = 0; i < RB; ++i) {
+                        const batch qb(q0[i * D + d]);
+                        for (std::size_t u = 0; u < CV; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
+                    }
+                }
+                for (std::size_t i = 0; i < RB; ++i)
+                    for (std::size_t u = 0; u < CV; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
+            }
+        }
+    }
+
+    static void softmax(const attn_softmax_args& a) noexcept {
+        const batch neg(ninf);
+        for (std::size_t r = 0; r < a.rows; ++r) {
+            float* s = a.s + r * BK;
+            for (std::size_t j = a.keys; j < BK; ++j) s[j] = ninf;
+            batch v[NV];
+            for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
+            if (a.softcap > 0.0f) {
+                const batch c(a.softcap), inv(1.0f / a.softcap);
+                for (std::size_t u = 0; u < NV; ++u) v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
+            }
+            batch mx = v[0];
+            for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
+            const float tile_max = hmax(mx);
+            const float m_old = a.m[r];
+            const float m_new = tile_max > m_old ? tile_max : m_old;
+            if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged
+                for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
+                continue;
+            }
+            const batch mb(m_new);
+            batch sum(0.0f);
+            for (std::size_t u = 0; u < NV; ++u) {
+                const batch p = exp_nonpositive(v[u] - mb);  // exp(−∞) = 0
+                p.store_aligned(s + u * W);
+                sum += p;
+            }
+            const float alpha = m_old == ninf ? 0.0f : lane0(exp_nonpositive(batch(m_old - m_new)));
+            a.l[r] = a.l[r] * alpha + hsum(sum);
+            a.m[r] = m_new;
+            if (alpha != 1.0f) {
+                float* acc = a.acc + r * a.acc_stride;
+                const batch al(alpha);
+                std::size_t i = 0;
+                for (; i + W <= a.dv; i += W) (batch::load_aligned(acc + i) * al).store_aligned(acc + i);
+                for (; i < a.dv; ++i) acc[i] *= alpha;
+            }
+        }
+    }
+
+    template <std::size_t R, std::size_t C>
+    static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
+        batch acc[R][C];
+        for (std::size_t i = 0; i < R; ++i)
+            for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
+        for (std::size_t j = 0; j < a.keys; ++j) {
+            const float* vr = a.v + j * a.v_stride + c0;
+            if (c0 == 0 && r0 == 0 && j + prefetch_rows < a.keys) prefetch_row(a.v + (j + prefetch_rows) * a.v_stride, a.dv);
+            batch vv[C];
+            for (std::size_t u = 0; u < C; ++u) vv[u] = batch::load_unaligned(vr + u * W);
+            for (std::size_t i = 0; i < R; ++i) {
+                const batch pb(a.p[(r0 + i) * BK + j]);
+                for (std::size_t u = 0; u < C; ++u) acc[i][u] = xsimd::fma(pb, vv[u], acc[i][u]);
+            }
+        }
+        for (std::size_t i = 0; i < R; ++i)
+            for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
+    }
+
+    template <std::size_t R>
+    static void pv_rows(const attn_pv_args& a, std::size_t r0) noexcept {
+        std::size_t c = 0;
+        for (; c + 4 * W <= a.dv; c += 4 * W) pv_block<R, 4>(a, r0, c);
+        for (; c + W <= a.dv; c += W) pv_block<R, 1>(a, r0, c);
+        for (; c < a.dv; ++c)  // a Dv that is not a multiple of the vector width
+            for (std::size_t i = 0; i < R; ++i) {
+                float x = a.acc[(r0 + i) * a.acc_stride + c];
+                for (std::size_t j = 0; j < a.keys; ++j) x += a.p[(r0 + i) * BK + j] * a.v[j * a.v_stride + c];
+                a.acc[(r0 + i) * a.acc_stride + c] = x;
+            }
+    }
+
+    static void pv(const attn_pv_args& a) noexcept {
+        std::size_t r = 0;
+        for (; r + RB <= a.rows; r += RB) pv_rows<RB>(a, r);
+        for (; r < a.rows; ++r) pv_rows<1>(a, r);
+    }
+};
+
+template <class Arch>
+void attn_qk_functor::operator()(Arch, const attn_qk_args& a) const noexcept {
+    attention_steps<Arch>::qk(a);
+}
+template <class Arch>
+void attn_softmax_functor::operator()(Arch, const attn_softmax_args& a) const noexcept {
+    attention_steps<Arch>::softmax(a);
+}
+template <class Arch>
+void attn_pv_functor::operator()(Arch, const attn_pv_args& a) const noexcept {
+    attention_steps<Arch>::pv(a);
+}
+
+}  // namespace posenc::simd

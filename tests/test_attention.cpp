@@ -1,0 +1,348 @@
+// posenc::attention against a naive double-precision reference (support/attention_reference.hpp) for
+// every encoding × mask × head grouping × sizes that are not multiples of the tiles, plus the
+// invariants, the edge rows and the thread/architecture determinism.
+//
+// The bound. With inputs of O(1) (q, k ~ N(0, 0.5²), v ~ N(0, 1)) the float kernel differs from the
+// exact result through (1) each logit's rounding — the transform's cos/sin rounded to float, the
+// D-term float dot product, scale and bias each rounded once: |δ| ≲ (D/4 + 4)·ε·(|s|·Σ|q_d k_d| + |b|),
+// about 1e-7·|logit| at these sizes — and (2) the float sums of the softmax numerators and of Σ p·v
+// over n visible keys in blocks of 64 keys, each block summed in order (relative error ≲ (64 + n/64)·ε
+// in the worst case, ~√(64 + n/64)·ε typically). An output is a convex combination of value rows, so a
+// logit error δ moves it by at most 2|δ|·max|v| and the sums add ~(64 + n/64)·ε·max|v|. For the logits
+// these tests produce (|logit| ≲ 10 where the weight is not negligible; n ≤ 1000) that is below
+// 1e-6·max|v|; the tests require max|out − ref| ≤ 2e-6·scale, with scale = max|v| (+ max|a^V| for Shaw),
+// the size outputs live on.
+#include <posenc/attention/attention.hpp>
+#include <posenc/attention/shaw.hpp>
+#include <posenc/posenc.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <string>
+
+#include "support/attention_reference.hpp"
+#include "support/catch.hpp"
+
+using namespace posenc_test;
+
+namespace {
+
+constexpr double bound = 2e-6;
+
+posenc::heads_view<float> hv(std::vector<float>& x, std::size_t T, std::size_t H, std::size_t D) {
+    return {std::span<float>(x), {T, H, D}};
+}
+
+template <class Enc, class Mask>
+std::vector<float> run_posenc(const attn_problem& p, const Enc& enc, const Mask& mask, posenc::attention_options opt = {},
+                              bool int32_positions = false) {
+    std::vector<float> q = p.q, k = p.k, v = p.v, out(p.Tq * p.Hq * p.Dv, -7.0f);
+    std::vector<std::int32_t> q32(p.qpos.begin(), p.qpos.end()), k32(p.kpos.begin(), p.kpos.end());
+    opt.query_sequence = p.qseq;
+    opt.key_sequence = p.kseq;
+    const posenc::position_ids qp = int32_positions ? posenc::position_ids(q32) : posenc::position_ids(p.qpos);
+    const posenc::position_ids kp = int32_positions ? posenc::position_ids(k32) : posenc::position_ids(p.kpos);
+    posenc::attention(enc, hv(q, p.Tq, p.Hq, p.D), hv(k, p.Tk, p.Hkv, p.D), hv(v, p.Tk, p.Hkv, p.Dv),
+                      hv(out, p.Tq, p.Hq, p.Dv), qp, kp, mask, opt);
+    REQUIRE(q == p.q);  // inputs untouched (Q is transformed in scratch)
+    REQUIRE(k == p.k);
+    return out;
+}
+
+double max_abs(const std::vector<float>& x) {
+    double m = 0;
+    for (float f : x) m = std::max(m, static_cast<double>(std::abs(f)));
+    return m;
+}
+
+double error_of(const std::vector<float>& got, const std::vector<double>& ref) {
+    REQUIRE(got.size() == ref.size());
+    double e = 0;
+    std::size_t not_finite = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+        not_finite += std::isfinite(got[i]) ? 0 : 1;
+        e = std::max(e, std::abs(static_cast<double>(got[i]) - ref[i]));
+    }
+    REQUIRE(not_finite == 0);
+    return e;
+}
+
+struct mask_case {
+    std::string name;
+    visible_fn visible;
+};
+
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
+
+// Calls f(mask, visible) for each mask policy.
+template <class F>
+void for_each_mask(F&& f, bool with_none = true) {
+    if (with_none) f(posenc::no_mask{}, mask_case{"none", [](std::int64_t, std::int64_t) { return true; }});
+    f(posenc::causal_mask{}, mask_case{"causal", [](std::int64_t i, std::int64_t j) { return j <= i; }});
+    f(posenc::sliding_window_mask{.window = 5},
+      mask_case{"window5", [](std::int64_t i, std::int64_t j) { return i - 5 < j && j <= i; }});
+    f(posenc::chunked_mask{.chunk = 16}, mask_case{"chunk16", [](std::int64_t i, std::int64_t j) {
+          return j <= i && floor_div(i, 16) == floor_div(j, 16);
+      }});
+}
+
+struct heads_case {
+    std::size_t Hq, Hkv;
+};
+const heads_case head_cases[] = {{4, 4}, {8, 2}, {4, 1}};  // MHA, GQA 4:1, MQA
+struct size_case {
+    std::size_t Tq, Tk;
+};
+const size_case size_cases[] = {{1, 1}, {7, 63}, {63, 129}, {129, 7}, {2, 130}};
+
+// Every mask × heads × size for one encoding; returns the number of outputs compared.
+template <class MakeEnc>
+std::size_t check_matrix(const std::string& name, MakeEnc&& make, std::size_t D, std::size_t Dv, std::int64_t offset,
+                         bool with_none = true, posenc::attention_options opt = {}, double extra_scale = 0) {
+    std::size_t compared = 0;
+    std::uint32_t seed = 100;
+    for_each_mask(
+        [&](const auto& mask, const mask_case& mc) {
+            for (const auto& hc : head_cases)
+                for (const auto& sc : size_cases) {
+                    const attn_problem p = make_attn_problem(sc.Tq, sc.Tk, hc.Hq, hc.Hkv, D, Dv, seed++, offset);
+                    const auto [enc, model] = make(hc.Hq, p);
+                    posenc::attention_options o = opt;  // sinks: the first Hq of those given
+                    if (!o.sinks.empty()) o.sinks = o.sinks.first(hc.Hq);
+                    const auto got = run_posenc(p, enc, mask, o, seed % 2 == 0);
+                    const auto ref = reference_attention(p, model, mc.visible);
+                    const double err = error_of(got, ref) / (max_abs(p.v) + extra_scale);
+                    INFO(name << " mask " << mc.name << " heads " << hc.Hq << "/" << hc.Hkv << " Tq " << sc.Tq
+                              << " Tk " << sc.Tk);
+                    CHECK(err <= bound);
+                    compared += got.size();
+                }
+        },
+        with_none);
+    return compared;
+}
+
+// The RoPE schedules, each through any_rotary (layouts alternating).
+std::vector<std::pair<std::string, posenc::any_schedule>> schedules() {
+    std::vector<double> shortf(8, 1.0), longf(8);
+    for (std::size_t i = 0; i < 8; ++i) longf[i] = 1.0 + 0.5 * static_cast<double>(i);
+    return {{"default", posenc::default_rope{.base = 10000}},
+            {"linear", posenc::linear{.base = 10000, .factor = 4}},
+            {"ntk_aware", posenc::ntk_aware{.base = 10000, .factor = 4}},
+            {"ntk_by_parts", posenc::ntk_by_parts{.base = 10000, .factor = 4, .original_max_position = 64}},
+            {"dynamic_ntk", posenc::dynamic_ntk{.base = 10000, .factor = 2, .original_max_position = 64}},
+            {"yarn", posenc::yarn{.base = 10000, .factor = 4, .original_max_position = 64}},
+            {"llama3", posenc::llama3{.base = 500000, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                                      .original_max_position = 64}},
+            {"longrope", posenc::longrope{.base = 10000, .short_factor = shortf, .long_factor = longf,
+                                          .original_max_position = 64, .factor = 4}}};
+}
+
+}  // namespace
+
+TEST_CASE("attention equals the double reference: every RoPE schedule through any_rotary", "[attention]") {
+    std::size_t compared = 0, index = 0;
+    for (const auto& [name, schedule] : schedules()) {
+        const bool inter = index++ % 2 == 0;
+        const std::size_t D = 16, Dv = 24;
+        const posenc::rope_dims dims{.head_dim = D};
+        posenc::any_rotary rope(inter ? posenc::rope_layout::interleaved : posenc::rope_layout::half_split, dims, schedule, 200);
+        const auto freq = rope.frequencies();
+        compared += check_matrix(
+            name,
+            [&](std::size_t, const attn_problem&) {
+                attn_model m;
+                m.rot_q = m.rot_k = rope_rot(D, inter, freq.inv_freq, freq.attention_factor);
+                return std::pair{posenc::attention_encoding{rope}, m};
+            },
+            D, Dv, 1000);
+    }
+    REQUIRE(compared > 8 * 4 * 3 * 100);
+}
+
+TEST_CASE("attention equals the double reference: partial rotary, softcap, sinks, xPos", "[attention]") {
+    std::size_t compared = 0;
+    {  // partial rotary (rotary_dim 16 of head_dim 32) with Gemma-2 soft-capping
+        const std::size_t D = 32, Dv = 16;
+        posenc::rotary<posenc::half_split> rope({.head_dim = D, .rotary_dim = 16}, posenc::default_rope{});
+        const auto inv = rope.frequencies().inv_freq;
+        compared += check_matrix(
+            "softcap",
+            [&](std::size_t, const attn_problem&) {
+                attn_model m;
+                m.rot_q = m.rot_k = rope_rot(16, false, inv, 1.0);
+                m.softcap = 1.5;
+                return std::pair{posenc::attention_encoding{rope}, m};
+            },
+            D, Dv, 0, true, {.softcap = 1.5f});
+    }
+    {  // gpt-oss sinks: one learned logit per query head in the denominator
+        const std::size_t D = 16, Dv = 16;
+        std::vector<float> sinks8 = random_floats(8, 7, 1.0f);
+        compared += check_matrix(
+            "sinks",
+            [&](std::size_t Hq, const attn_problem&) {
+                attn_model m;
+                m.sinks.assign(sinks8.begin(), sinks8.begin() + static_cast<std::ptrdiff_t>(Hq));
+                return std::pair{posenc::attention_encoding{posenc::nope{}}, m};
+            },
+            D, Dv, 0, true, {.sinks = sinks8}, 0);
+    }
+    {  // xPos, half-split, center 0: queries scaled ζ^(n/512), keys ζ^(−m/512)
+        const std::size_t D = 16, Dv = 16;
+        const posenc::xpos params{};
+        posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, params);
+        std::vector<double> inv(D / 2), zeta(D / 2);
+        for (std::size_t i = 0; i < D / 2; ++i) {
+            inv[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+            zeta[i] = (2.0 * static_cast<double>(i) / static_cast<double>(D) + 0.4) / 1.4;
+        }
+        auto rot = [=](double sign) {
+            return [=](const std::vector<double>& x, std::int64_t p) {
+                std::vector<double> y = reference_rotate(x, D, false, inv, p);
+                for (std::size_t i = 0; i < D / 2; ++i) {
+                    const double s = std::pow(zeta[i], sign * static_cast<double>(p) / 512.0);
+                    y[i] *= s;
+                    y[i + D / 2] *= s;
+                }
+                return y;
+            };
+        };
+        compared += check_matrix(
+            "xpos",
+            [&](std::size_t, const attn_problem&) {
+                attn_model m;
+                m.rot_q = rot(1.0);
+                m.rot_k = rot(-1.0);
+                return std::pair{posenc::attention_encoding{xp}, m};
+            },
+            D, Dv, 300);
+    }
+    REQUIRE(compared > 3 * 4 * 3 * 100);
+}
+
+TEST_CASE("attention equals the double reference: NoPE with a fixed lambda and Llama 4's temperature", "[attention]") {
+    std::size_t compared = 0;
+    compared += check_matrix(
+        "nope-lambda",
+        [&](std::size_t, const attn_problem&) {
+            attn_model m;
+            m.scale = [](std::int64_t) { return 0.3; };
+            return std::pair{posenc::attention_encoding{posenc::nope{}, posenc::no_bias{}, posenc::fixed_scale{0.3}}, m};
+        },
+        16, 8, 0);
+    compared += check_matrix(
+        "llama4-temperature",
+        [&](std::size_t, const attn_problem&) {
+            attn_model m;
+            m.scale = [](std::int64_t p) {
+                return (std::log(std::floor((static_cast<double>(p) + 1.0) / 8.0) + 1.0) * 0.1 + 1.0) / std::sqrt(16.0);
+            };
+            const posenc::temperature_scale ts{{.floor_scale = 8, .attn_scale = 0.1}};
+            return std::pair{posenc::attention_encoding{posenc::nope{}, posenc::no_bias{}, ts}, m};
+        },
+        16, 16, 5);
+    REQUIRE(compared > 2 * 4 * 3 * 100);
+}
+
+TEST_CASE("attention equals the double reference: ALiBi (both forms, both orders) and T5", "[attention]") {
+    std::size_t compared = 0;
+    for (auto form : {posenc::alibi_form::causal, posenc::alibi_form::symmetric})
+        for (auto order : {posenc::bias_order::scale_then_add, posenc::bias_order::add_then_scale}) {
+            const bool causal = form == posenc::alibi_form::causal;
+            // The causal form grows without bound to the right of the query: it belongs with a causal mask.
+            compared += check_matrix(
+                std::string("alibi ") + (causal ? "causal" : "symmetric") +
+                    (order == posenc::bias_order::add_then_scale ? " add_then_scale" : " scale_then_add"),
+                [&](std::size_t Hq, const attn_problem&) {
+                    attn_model m;
+                    m.add_then_scale = order == posenc::bias_order::add_then_scale;
+                    m.bias = [=](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
+                        const double rel = static_cast<double>(j - i);
+                        return alibi_closed_slope(h, Hq, 8.0) * (causal ? rel : -std::abs(rel));
+                    };
+                    posenc::alibi_bias b({.heads = Hq, .max_bias = 8, .form = form, .order = order});
+                    return std::pair{posenc::attention_encoding{posenc::nope{}, b}, m};
+                },
+                16, 16, 40, !causal);
+        }
+    {
+        const posenc::t5_buckets buckets{.num_buckets = 32, .max_distance = 20, .bidirectional = true};
+        std::vector<float> table = random_floats(32 * 8, 11, 1.0f);
+        compared += check_matrix(
+            "t5",
+            [&](std::size_t Hq, const attn_problem&) {
+                attn_model m;
+                m.scale = [](std::int64_t) { return 1.0; };
+                std::vector<float> t(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(32 * Hq));
+                // table [bucket][head] for this head count
+                for (std::size_t b = 0; b < 32; ++b)
+                    for (std::size_t h = 0; h < Hq; ++h) t[b * Hq + h] = table[b * 8 + h];
+                m.bias = [=](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
+                    return static_cast<double>(t[static_cast<std::size_t>(t5_closed_bucket(j - i, true, 32, 20)) * Hq + h]);
+                };
+                posenc::t5_bias b(buckets, Hq, t);
+                return std::pair{posenc::attention_encoding{posenc::nope{}, b, posenc::fixed_scale{1.0}}, m};
+            },
+            16, 16, 0);
+    }
+    REQUIRE(compared > 3 * 4 * 3 * 100 + 2 * 3 * 3 * 100);
+}
+
+TEST_CASE("attention equals the double reference: Shaw relative positions", "[attention]") {
+    const std::size_t D = 16, Dv = 24;
+    const std::int64_t kmax = 3;
+    const std::vector<float> ak = random_floats(7 * D, 21, 0.5f), av = random_floats(7 * Dv, 22, 1.0f);
+    const posenc::shaw_rpr shaw({.max_distance = kmax}, ak, D, av, Dv);
+    auto clip_row = [=](std::int64_t i, std::int64_t j) {
+        return static_cast<std::size_t>(std::clamp<std::int64_t>(j - i, -kmax, kmax) + kmax);
+    };
+    const std::size_t compared = check_matrix(
+        "shaw",
+        [&](std::size_t, const attn_problem&) {
+            attn_model m;
+            m.add_then_scale = true;
+            m.bias = [=](std::size_t, std::int64_t i, std::int64_t j, const std::vector<double>& q) {
+                double dot = 0;
+                for (std::size_t d = 0; d < D; ++d) dot += q[d] * ak[clip_row(i, j) * D + d];
+                return dot;
+            };
+            m.out_term = [=](std::int64_t i, std::int64_t j) {
+                return std::vector<double>(av.begin() + static_cast<std::ptrdiff_t>(clip_row(i, j) * Dv),
+                                           av.begin() + static_cast<std::ptrdiff_t>((clip_row(i, j) + 1) * Dv));
+            };
+            return std::pair{posenc::attention_encoding{posenc::nope{}, shaw}, m};
+        },
+        D, Dv, 0, true, {}, max_abs(av));
+    REQUIRE(compared > 4 * 3 * 100);
+}
+
+TEST_CASE("attention at T = 1000 and packed sequences", "[attention]") {
+    const std::size_t D = 32;
+    posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{});
+    const auto inv = rope.frequencies().inv_freq;
+    attn_model m;
+    m.rot_q = m.rot_k = rope_rot(D, false, inv, 1.0);
+    const auto causal = [](std::int64_t i, std::int64_t j) { return j <= i; };
+    {
+        const attn_problem p = make_attn_problem(1000, 1000, 4, 1, D, D, 5);
+        const auto got = run_posenc(p, posenc::attention_encoding{rope}, posenc::causal_mask{});
+        CHECK(error_of(got, reference_attention(p, m, causal)) / max_abs(p.v) <= bound);
+    }
+    {  // three packed sequences, each with positions from 0
+        attn_problem p = make_attn_problem(300, 300, 4, 2, D, D, 6);
+        for (std::size_t t = 0; t < 300; ++t) {
+            const auto s = static_cast<std::int32_t>(t < 70 ? 0 : t < 200 ? 1 : 2);
+            p.qseq.push_back(s);
+            p.kseq.push_back(s);
+            p.qpos[t] = p.kpos[t] = static_cast<std::int64_t>(t) - (s == 0 ? 0 : s == 1 ? 70 : 200);
+        }
+        const auto got = run_posenc(p, posenc::attention_encoding{rope}, posenc::causal_mask{});
+        CHECK(error_of(got, reference_attention(p, m, causal)) / max_abs(p.v) <= bound);
+        // ... and without a mask: each sequence sees only itself
+        const auto got2 = run_posenc(p, posenc::attention_encoding{rope}, posenc::no_mask{});
+        CHECK(error_of(got2, reference_attention(p, m, [](std::int64_t, std::int64_t) { return true; })) / max_abs(p.v) <=
+              bound);
+    }
+}
