@@ -19,8 +19,8 @@ function(posenc_add_simd_dispatch target)
   set(tag_avx2 "xsimd::fma3<xsimd::avx2>")
   set(tag_sse4_2 "xsimd::sse4_2")
   set(tag_sse2 "xsimd::sse2")
-  set(flags_avx512bw -mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma)
-  set(flags_avx2 -mavx2 -mfma)
+  set(flags_avx512bw -mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma -mf16c)
+  set(flags_avx2 -mavx2 -mfma -mf16c)
   set(flags_sse4_2 -msse4.2)
   set(flags_sse2 "")
   set(dir "${CMAKE_CURRENT_BINARY_DIR}/posenc_simd_${target}")
@@ -33,10 +33,10 @@ function(posenc_add_simd_dispatch target)
 #include <posenc/attention/instantiate.hpp>
 ")
     target_sources(${target} PRIVATE "${src}")
-    # GCC 12 warns inside its own avx512fintrin.h (_mm512_undefined_* seen as uninitialized, GCC
+    # GCC 12 warns inside its own avx512fintrin.h (_mm512_undefined_* and _mm256_undefined_* seen as (maybe) uninitialized, GCC
     # bug 105593); not posenc's code, and fatal under -Werror.
     set_source_files_properties("${src}" TARGET_DIRECTORY ${target} PROPERTIES
-      COMPILE_OPTIONS "${flags_${name}};$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>")
+      COMPILE_OPTIONS "${flags_${name}};$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>")
   endforeach()
   # PUBLIC: whatever links <target> (and includes posenc) must agree, or the inline dispatch code
   # would have two definitions.

@@ -1,12 +1,22 @@
 #pragma once
-// Splitting a call's tokens across threads: OpenMP when the program is built with it, otherwise
-// std::thread. Nothing global: threads live for one call. Calls too small to pay for a thread
-// (about 1-2 µs of synchronisation between the two CCDs of this machine) stay on the caller's thread.
+// Splitting a call's tokens into slices: on the caller's executor when it gave one, else OpenMP
+// when the program is built with it, else std::thread. Nothing global: threads live for one call.
+// Calls too small to pay for a thread (about 1-2 µs of synchronisation between the two CCDs of this
+// machine) stay on the caller's thread. A token's result does not depend on the slicing.
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <thread>
 #include <vector>
+
+namespace posenc {
+
+/// The caller's executor: must run task(0), …, task(n − 1) — in any order, on any threads, each
+/// exactly once — and return when all have finished. Tasks do not throw.
+using executor = std::function<void(std::size_t n, const std::function<void(std::size_t)>& task)>;
+
+}  // namespace posenc
 
 namespace posenc::detail {
 
@@ -39,6 +49,12 @@ void parallel_slices(unsigned threads, std::size_t n, const F& f) {
     slice(0);
     for (auto& t : pool) t.join();
 #endif
+}
+
+/// The same slices, run by the caller's executor.
+template <class F>
+void executor_slices(const executor& ex, unsigned slices, std::size_t n, const F& f) {
+    ex(slices, [&](std::size_t k) { f(n * k / slices, n * (k + 1) / slices); });
 }
 
 }  // namespace posenc::detail

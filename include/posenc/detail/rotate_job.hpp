@@ -1,5 +1,6 @@
 #pragma once
-// One rotary call, described as data: which views, which positions, where cos/sin come from.
+// One rotary call, described as data: which tensors (read from where, written where, in which
+// element types, optionally normalised first), which positions, where cos/sin come from.
 // The public API validates it; backends (scalar reference, SIMD) only execute it.
 
 #include <array>
@@ -7,14 +8,66 @@
 #include <string>
 #include <string_view>
 
+#include "posenc/core/dtypes.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
 #include "posenc/rope/table.hpp"
 
 namespace posenc::detail {
 
+/// One tensor (Q or K) of a call: [tokens, heads, head_dim] read from src and written to dst (the
+/// same memory, same strides and type, for an in-place call).
+struct job_view {
+    const void* src = nullptr;
+    void* dst = nullptr;
+    dtype src_type = dtype::f32, dst_type = dtype::f32;
+    std::size_t tokens = 0, heads = 0, head_dim = 0;
+    std::size_t src_token_stride = 0, src_head_stride = 0, dst_token_stride = 0, dst_head_stride = 0;
+    const float* norm_weight = nullptr;  ///< fused per-head RMSNorm weight (head_dim floats), when set
+    double norm_eps = 0.0;
+
+    job_view() = default;
+    job_view(heads_view<float> v) : job_view(in_place(v)) {}  // NOLINT(google-explicit-constructor)
+
+    template <storage_type T>
+    [[nodiscard]] static job_view in_place(heads_view<T> v) noexcept {
+        job_view j;
+        if (v.empty()) return j;
+        j.src = v.data();
+        j.dst = v.data();
+        j.src_type = j.dst_type = dtype_of<T>;
+        j.tokens = v.tokens();
+        j.heads = v.heads();
+        j.head_dim = v.head_dim();
+        j.src_token_stride = j.dst_token_stride = v.token_stride();
+        j.src_head_stride = j.dst_head_stride = v.head_stride();
+        return j;
+    }
+
+    template <storage_type S, storage_type D>
+    [[nodiscard]] static job_view out_of_place(heads_view<const S> src, heads_view<D> dst) noexcept {
+        job_view j;
+        if (src.empty()) return j;
+        j.src = src.data();
+        j.dst = dst.data();
+        j.src_type = dtype_of<S>;
+        j.dst_type = dtype_of<D>;
+        j.tokens = src.tokens();
+        j.heads = src.heads();
+        j.head_dim = src.head_dim();
+        j.src_token_stride = src.token_stride();
+        j.src_head_stride = src.head_stride();
+        j.dst_token_stride = dst.token_stride();
+        j.dst_head_stride = dst.head_stride();
+        return j;
+    }
+
+    [[nodiscard]] bool empty() const noexcept { return src == nullptr || tokens == 0 || heads == 0; }
+    [[nodiscard]] bool in_place_call() const noexcept { return src == dst; }
+};
+
 struct rotate_job {
-    std::array<heads_view<float>, 2> views{};  ///< Q and K (either may be empty); same tokens
+    std::array<job_view, 2> views{};  ///< Q and K (either may be empty); same tokens
     position_ids positions = position_ids::consecutive(0, 0);
     std::size_t rotary_dim = 0;
     bool inverse = false;
@@ -26,11 +79,15 @@ struct rotate_job {
     double row_scale = 1.0;                ///< rows and table rows: × row_scale (they hold the amplitude)
 
     [[nodiscard]] std::size_t pairs() const noexcept { return rotary_dim / 2; }
+    [[nodiscard]] std::size_t head_dim() const noexcept {
+        return views[0].empty() ? views[1].head_dim : views[0].head_dim;
+    }
 };
 
 /// A Q or K view for a call: head_dim as the encoding's, one token per position. Builds its
 /// messages only on failure (it runs on every call).
-inline void require_view(const heads_view<float>& v, std::string_view name, std::size_t tokens, std::size_t head_dim) {
+template <class T>
+void require_view(const heads_view<T>& v, std::string_view name, std::size_t tokens, std::size_t head_dim) {
     if (v.empty()) return;
     if (v.head_dim() != head_dim)
         throw config_error(std::string(name) + ".head_dim", to_text(v.head_dim()),
@@ -38,6 +95,32 @@ inline void require_view(const heads_view<float>& v, std::string_view name, std:
     if (v.tokens() != tokens)
         throw config_error(std::string(name) + ".tokens", to_text(v.tokens()),
                            "must equal the number of positions = " + to_text(tokens));
+}
+
+/// Byte range [first, last) a view touches (empty: {0, 0}).
+template <class T>
+[[nodiscard]] std::pair<const char*, const char*> byte_extent(const heads_view<T>& v) noexcept {
+    if (v.empty()) return {nullptr, nullptr};
+    const std::size_t last = (v.tokens() - 1) * v.token_stride() + (v.heads() - 1) * v.head_stride() + v.head_dim();
+    const char* b = reinterpret_cast<const char*>(v.data());
+    return {b, b + last * sizeof(T)};
+}
+
+/// An out-of-place source and destination: same shape, and not overlapping (an in-place call is
+/// the in-place API). Checked by the byte ranges the two views span.
+template <class S, class D>
+void require_out_of_place(const heads_view<const S>& src, const heads_view<D>& dst, std::string_view name) {
+    if (src.empty() && dst.empty()) return;
+    if (src.tokens() != dst.tokens() || src.heads() != dst.heads() || src.head_dim() != dst.head_dim())
+        throw config_error(std::string(name) + "_dst shape",
+                           to_text(dst.tokens()) + "x" + to_text(dst.heads()) + "x" + to_text(dst.head_dim()),
+                           "must equal the source's " + to_text(src.tokens()) + "x" + to_text(src.heads()) + "x" +
+                               to_text(src.head_dim()));
+    const auto [s0, s1] = byte_extent(src);
+    const auto [d0, d1] = byte_extent(dst);
+    if (s0 < d1 && d0 < s1)
+        throw config_error(std::string(name) + "_dst", "overlapping the source",
+                           "an out-of-place destination must not overlap its source (use the in-place apply)");
 }
 
 }  // namespace posenc::detail

@@ -42,12 +42,30 @@ public:
     void apply_unchecked(Args&&... args) const {
         std::visit([&](const auto& r) { r.apply_unchecked(std::forward<Args>(args)...); }, impl_);
     }
+    /// Forwards to rotary<Layout>::apply_into, apply_normed, apply_normed_into (all overloads).
+    template <class... Args>
+    void apply_into(Args&&... args) const {
+        std::visit([&](const auto& r) { r.apply_into(std::forward<Args>(args)...); }, impl_);
+    }
+    template <class... Args>
+    void apply_normed(Args&&... args) const {
+        std::visit([&](const auto& r) { r.apply_normed(std::forward<Args>(args)...); }, impl_);
+    }
+    template <class... Args>
+    void apply_normed_into(Args&&... args) const {
+        std::visit([&](const auto& r) { r.apply_normed_into(std::forward<Args>(args)...); }, impl_);
+    }
     void set_threads(unsigned n) noexcept {
         std::visit([&](auto& r) { r.set_threads(n); }, impl_);
     }
-    void shift(heads_view<float> x, std::int64_t delta) const {
+    void set_executor(executor ex) {
+        std::visit([&](auto& r) { r.set_executor(ex); }, impl_);
+    }
+    template <storage_type T>
+    void shift(heads_view<T> x, std::int64_t delta) const {
         std::visit([&](const auto& r) { r.shift(x, delta); }, impl_);
     }
+    void shift(heads_view<float> x, std::int64_t delta) const { shift<float>(x, delta); }
 
 private:
     using variant = std::variant<rotary<interleaved>, rotary<half_split>>;

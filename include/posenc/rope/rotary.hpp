@@ -15,17 +15,23 @@
 #include <cassert>
 
 #include "posenc/core/concepts.hpp"
+#include "posenc/core/dtypes.hpp"
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
 #include "posenc/detail/simd_bridge.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
+#include "posenc/rope/qk_norm.hpp"
 #include "posenc/rope/table.hpp"
 
 namespace posenc {
 
 enum class rotation { forward, inverse };
+
+/// bf16 or fp16 (float has its own, non-template overloads).
+template <class T>
+concept half_storage = storage_type<T> && !std::same_as<T, float>;
 
 template <rotary_layout Layout>
 class rotary {
@@ -48,8 +54,10 @@ public:
     [[nodiscard]] const rope_dims& dims() const noexcept { return dims_; }
     [[nodiscard]] const rope_frequencies& frequencies() const noexcept { return freq_; }
 
-    /// Up to `n` threads for large calls (tokens split across threads; calls under ~64K floats per
-    /// thread stay single-threaded). Default 1. OpenMP when the program is built with it.
+    /// Up to `n` slices for large calls (tokens split across threads; calls under ~64K floats per
+    /// slice stay single-threaded). Default 1. The slices run on the executor given to
+    /// set_executor, else on OpenMP threads when the program is built with it, else std::threads
+    /// started for the call.
     void set_threads(unsigned n) noexcept { threads_ = n ? n : 1; }
     [[nodiscard]] unsigned threads() const noexcept { return threads_; }
 
@@ -64,7 +72,7 @@ public:
     /// dir = rotation::inverse undoes a forward call (rotation by −θ, amplitude divided out), to
     /// float rounding.
     void apply(heads_view<float> q, heads_view<float> k, position_ids pos, rotation dir = rotation::forward) const {
-        execute(make_job(q, k, pos, dir, nullptr));
+        execute(in_place_job(q, k, pos, dir, nullptr));
     }
 
     // ---- cos/sin from a table: checked ---------------------------------------------------------------
@@ -74,9 +82,87 @@ public:
     }
     void apply(const cos_sin_table& table, heads_view<float> q, heads_view<float> k, position_ids pos,
                rotation dir = rotation::forward) const {
-        check_table(table);
-        table.check(pos);
-        execute(make_job(q, k, pos, dir, &table));
+        check_table(table, pos);
+        execute(in_place_job(q, k, pos, dir, &table));
+    }
+
+    // ---- 16-bit storage (bf16, fp16), in place: computed in float32, rounded once (nearest even) ----
+    template <half_storage T>
+    void apply(heads_view<T> x, position_ids pos, rotation dir = rotation::forward) const {
+        apply(x, heads_view<T>{}, pos, dir);
+    }
+    template <half_storage T>
+    void apply(heads_view<T> q, heads_view<T> k, position_ids pos, rotation dir = rotation::forward) const {
+        execute(in_place_job(q, k, pos, dir, nullptr));
+    }
+    template <half_storage T>
+    void apply(const cos_sin_table& table, heads_view<T> x, position_ids pos, rotation dir = rotation::forward) const {
+        apply(table, x, heads_view<T>{}, pos, dir);
+    }
+    template <half_storage T>
+    void apply(const cos_sin_table& table, heads_view<T> q, heads_view<T> k, position_ids pos,
+               rotation dir = rotation::forward) const {
+        check_table(table, pos);
+        execute(in_place_job(q, k, pos, dir, &table));
+    }
+
+    // ---- out of place: read src, write the rotated result to dst (a KV-cache slot, a paged block) ----
+    // One read and one write, converting between float, bf16 and fp16 on the way; lanes past
+    // rotary_dim are copied (converted). src and dst must have the same shape and must not overlap
+    // (checked); their strides are independent.
+    template <class S, storage_type D>
+        requires storage_type<std::remove_const_t<S>>
+    void apply_into(heads_view<S> src, heads_view<D> dst, position_ids pos, rotation dir = rotation::forward) const {
+        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, nullptr));
+    }
+    template <class S, storage_type D>
+        requires storage_type<std::remove_const_t<S>>
+    void apply_into(const cos_sin_table& table, heads_view<S> src, heads_view<D> dst, position_ids pos,
+                    rotation dir = rotation::forward) const {
+        check_table(table, pos);
+        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, &table));
+    }
+    /// Q and K in one call (they share each token's cos/sin row).
+    template <class S1, storage_type D1, class S2, storage_type D2>
+        requires storage_type<std::remove_const_t<S1>> && storage_type<std::remove_const_t<S2>>
+    void apply_into(heads_view<S1> q_src, heads_view<D1> q_dst, heads_view<S2> k_src, heads_view<D2> k_dst,
+                    position_ids pos, rotation dir = rotation::forward) const {
+        execute(out_of_place_job(q_src, q_dst, k_src, k_dst, pos, dir, nullptr));
+    }
+    template <class S1, storage_type D1, class S2, storage_type D2>
+        requires storage_type<std::remove_const_t<S1>> && storage_type<std::remove_const_t<S2>>
+    void apply_into(const cos_sin_table& table, heads_view<S1> q_src, heads_view<D1> q_dst, heads_view<S2> k_src,
+                    heads_view<D2> k_dst, position_ids pos, rotation dir = rotation::forward) const {
+        check_table(table, pos);
+        execute(out_of_place_job(q_src, q_dst, k_src, k_dst, pos, dir, &table));
+    }
+
+    // ---- fused per-head RMSNorm + RoPE (Qwen3, Gemma-3): read once, normalise, rotate, write once ----
+    /// q ← rope(q_norm(q)), k ← rope(k_norm(k)), in place, any storage type; either view may be empty.
+    template <storage_type T>
+    void apply_normed(const head_rms_norm& q_norm, heads_view<T> q, const head_rms_norm& k_norm, heads_view<T> k,
+                      position_ids pos) const {
+        auto job = in_place_job(q, k, pos, rotation::forward, nullptr);
+        attach_norms(job, q_norm, k_norm);
+        execute(job);
+    }
+    template <storage_type T>
+    void apply_normed(const cos_sin_table& table, const head_rms_norm& q_norm, heads_view<T> q,
+                      const head_rms_norm& k_norm, heads_view<T> k, position_ids pos) const {
+        check_table(table, pos);
+        auto job = in_place_job(q, k, pos, rotation::forward, &table);
+        attach_norms(job, q_norm, k_norm);
+        execute(job);
+    }
+    /// Out of place: q_dst ← rope(q_norm(q_src)), k_dst ← rope(k_norm(k_src)).
+    template <class S1, storage_type D1, class S2, storage_type D2>
+        requires storage_type<std::remove_const_t<S1>> && storage_type<std::remove_const_t<S2>>
+    void apply_normed_into(const head_rms_norm& q_norm, heads_view<S1> q_src, heads_view<D1> q_dst,
+                           const head_rms_norm& k_norm, heads_view<S2> k_src, heads_view<D2> k_dst,
+                           position_ids pos) const {
+        auto job = out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, nullptr);
+        attach_norms(job, q_norm, k_norm);
+        execute(job);
     }
 
     /// Unchecked table path for hot loops. Preconditions (asserted in debug builds): the views match
@@ -87,16 +173,24 @@ public:
         assert(table.inv_freq() == freq_.inv_freq);
         assert(pos.size() == 0 || (table.contains(pos.bounds().first) && table.contains(pos.bounds().second)));
         assert(view_matches(q, pos) && view_matches(k, pos));
-        execute(unchecked_job(q, k, pos, dir, &table));
+        execute(unchecked_job(detail::job_view::in_place(q), detail::job_view::in_place(k), pos, dir, &table));
     }
 
     /// Rotates every token of `x` by the same position offset `delta`, without the amplitude (keys
     /// already carry it): re-rotates cached keys after the cache was shifted (delta may be negative).
-    void shift(heads_view<float> x, std::int64_t delta) const {
-        auto job = make_job(x, {}, position_ids::constant(delta, x.tokens()), rotation::forward, nullptr);
+    template <storage_type T>
+    void shift(heads_view<T> x, std::int64_t delta) const {
+        auto job = in_place_job(x, heads_view<T>{}, position_ids::constant(delta, x.tokens()), rotation::forward,
+                                nullptr);
         job.amplitude = 1.0;
         execute(job);
     }
+    void shift(heads_view<float> x, std::int64_t delta) const { shift<float>(x, delta); }
+
+    // ---- threads -------------------------------------------------------------------------------------
+    /// Runs the slices of large calls (see set_threads) on the caller's executor instead of posenc's
+    /// own threads; an empty executor restores those. The result is bit-identical either way.
+    void set_executor(executor ex) { executor_ = std::move(ex); }
 
 private:
     template <frequency_schedule Schedule>
@@ -109,25 +203,55 @@ private:
         return v.empty() || (v.head_dim() == dims_.head_dim && v.tokens() == pos.size());
     }
 
-    void require_view(const heads_view<float>& v, std::string_view name, std::size_t tokens) const {
+    template <class T>
+    void require_view(const heads_view<T>& v, std::string_view name, std::size_t tokens) const {
         detail::require_view(v, name, tokens, dims_.head_dim);
     }
 
-    void check_table(const cos_sin_table& table) const {
+    void check_table(const cos_sin_table& table, const position_ids& pos) const {
         if (table.inv_freq() != freq_.inv_freq || table.amplitude() != freq_.attention_factor)
             throw config_error("table", "of " + detail::to_text(table.pairs()) + " pairs",
                                "was built from other frequencies than this rotary's");
+        table.check(pos);
     }
 
-    detail::rotate_job make_job(heads_view<float> q, heads_view<float> k, const position_ids& pos, rotation dir,
-                                const cos_sin_table* table) const {
+    template <class T>
+    detail::rotate_job in_place_job(heads_view<T> q, heads_view<T> k, const position_ids& pos, rotation dir,
+                                    const cos_sin_table* table) const {
         require_view(q, "q", pos.size());
         require_view(k, "k", pos.size());
-        return unchecked_job(q, k, pos, dir, table);
+        return unchecked_job(detail::job_view::in_place(q), detail::job_view::in_place(k), pos, dir, table);
     }
 
-    detail::rotate_job unchecked_job(heads_view<float> q, heads_view<float> k, const position_ids& pos, rotation dir,
-                           const cos_sin_table* table) const noexcept {
+    template <class S1, class D1, class S2, class D2>
+    detail::rotate_job out_of_place_job(heads_view<S1> q_src, heads_view<D1> q_dst, heads_view<S2> k_src,
+                                        heads_view<D2> k_dst, const position_ids& pos, rotation dir,
+                                        const cos_sin_table* table) const {
+        const heads_view<const std::remove_const_t<S1>> qs = q_src;
+        const heads_view<const std::remove_const_t<S2>> ks = k_src;
+        require_view(qs, "q", pos.size());
+        require_view(ks, "k", pos.size());
+        detail::require_out_of_place(qs, q_dst, "q");
+        detail::require_out_of_place(ks, k_dst, "k");
+        return unchecked_job(detail::job_view::out_of_place(qs, q_dst), detail::job_view::out_of_place(ks, k_dst), pos,
+                             dir, table);
+    }
+
+    void attach_norms(detail::rotate_job& job, const head_rms_norm& q_norm, const head_rms_norm& k_norm) const {
+        const head_rms_norm* norms[2] = {&q_norm, &k_norm};
+        for (std::size_t v = 0; v < 2; ++v) {
+            if (job.views[v].empty()) continue;
+            if (norms[v]->head_dim() != dims_.head_dim)
+                throw config_error(v == 0 ? "q_norm.weight" : "k_norm.weight",
+                                   "of " + detail::to_text(norms[v]->head_dim()) + " entries",
+                                   "needs head_dim = " + detail::to_text(dims_.head_dim) + " entries");
+            job.views[v].norm_weight = norms[v]->weight().data();
+            job.views[v].norm_eps = norms[v]->eps();
+        }
+    }
+
+    detail::rotate_job unchecked_job(const detail::job_view& q, const detail::job_view& k, const position_ids& pos,
+                                     rotation dir, const cos_sin_table* table) const noexcept {
         detail::rotate_job job;
         job.views = {q, k};
         job.positions = pos;
@@ -143,11 +267,14 @@ private:
         return job;
     }
 
-    void execute(const detail::rotate_job& job) const { detail::run<Layout>(job, threads_); }
+    void execute(const detail::rotate_job& job) const {
+        detail::run<Layout>(job, threads_, executor_ ? &executor_ : nullptr);
+    }
 
     rope_dims dims_;
     rope_frequencies freq_;
     unsigned threads_ = 1;
+    executor executor_;
 };
 
 }  // namespace posenc

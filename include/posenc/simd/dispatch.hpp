@@ -44,8 +44,28 @@ POSENC_SIMD_DECLARE(xsimd::sse2)
 /// For calls that stream through L3/DRAM (see rotate below).
 using streaming_archs = xsimd::arch_list<xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
 
+/// For fp16 on a CPU that has AVX2 but not F16C (the AVX2 unit is compiled with -mf16c).
+using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
+
+[[nodiscard]] inline bool uses_fp16(const rotate_args& a) noexcept {
+    for (const auto& v : a.view)
+        if (v.src && (v.src_type == dtype::fp16 || v.dst_type == dtype::fp16)) return true;
+    return false;
+}
+
+[[nodiscard]] inline bool cpu_has_f16c() noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+    static const bool has = __builtin_cpu_supports("f16c");
+    return has;
+#else
+    return true;
+#endif
+}
+
 inline void run_rotate(const rotate_args& args, bool streaming) noexcept {
-    if (streaming)
+    if (uses_fp16(args) && !cpu_has_f16c())
+        xsimd::dispatch<no_f16c_archs>(rotate_functor{})(args);
+    else if (streaming)
         xsimd::dispatch<streaming_archs>(rotate_functor{})(args);
     else
         xsimd::dispatch<dispatch_archs>(rotate_functor{})(args);
@@ -71,11 +91,16 @@ inline void build_table(const table_args& args) noexcept { table_functor{}(xsimd
 /// calls use AVX2 even where AVX-512 exists; small ones use the widest vectors.
 inline constexpr std::size_t streaming_bytes = std::size_t{1} << 20;
 
-/// Bytes a call reads and writes (rotary lanes of Q and K).
+/// Bytes a call reads and writes: the rotary lanes of Q and K, every lane when out of place or
+/// normalised.
 [[nodiscard]] inline std::size_t bytes_moved(const rotate_args& a) noexcept {
-    std::size_t lanes = 0;
-    for (int v = 0; v < 2; ++v) lanes += a.data[v] ? a.tokens * a.heads[v] * a.rotary_dim : 0;
-    return 2 * sizeof(float) * lanes;
+    std::size_t bytes = 0;
+    for (const auto& v : a.view) {
+        if (!v.src) continue;
+        const std::size_t lanes = (v.src != v.dst || v.norm_weight) ? a.head_dim : a.rotary_dim;
+        bytes += a.tokens * v.heads * lanes * (size_of(v.src_type) + size_of(v.dst_type));
+    }
+    return bytes;
 }
 
 /// Runs one call (or one thread's slice of a call that moves `call_bytes` in all).
