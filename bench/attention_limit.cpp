@@ -5,6 +5,7 @@
 #include <posenc/detail/parallel.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "attention_limit.hpp"
@@ -32,6 +33,14 @@ double gemm_pass(const float* q, const float* k, const float* v, std::size_t T, 
         posenc::detail::parallel_slices(threads, threads, [&](std::size_t, std::size_t) { one(); });
     return static_cast<double>(threads) * 2.0 * static_cast<double>(T) * static_cast<double>(T) *
            static_cast<double>(D + Dv);
+}
+
+void copy_pass(const float* src, float* dst, std::size_t n, unsigned threads) {
+    auto run = [&](std::size_t b, std::size_t e) { std::memcpy(dst + b, src + b, (e - b) * sizeof(float)); };
+    if (threads <= 1)
+        run(0, n);
+    else
+        posenc::detail::parallel_slices(threads, n, run);
 }
 
 float read_pass(const float* x, std::size_t n, unsigned threads) {

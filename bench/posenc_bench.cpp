@@ -12,8 +12,11 @@
 //   attention/S5-rope/threads:N causal, GQA 32/8, seq 2048, head_dim 128, RoPE inside (cos/sin per tile)
 //   attention/S5-rope-table/... the same with cos/sin from a table (table_transform)
 //   attention/S5-rope-prerotated/... K rotated once into a copy first (timed), then keys_transformed
-//   attention/S6/threads:N      decode: 1 query at 8191 over a cache of 8192 rotated keys, 32/8, dim 128
-//   attention/S6-head-major/... the same cache laid out [kv head][token][dim]
+//   attention/S6/threads:N      decode: 1 query at 8191 over a kv_cache of 8192 rotated keys (head-major), 32/8, dim 128
+//   attention/S6-token-major/... the same keys in a plain [token][kv head][dim] buffer
+//   attention/S6-head-major/... a plain buffer laid out [kv head][token][dim] (what kv_cache stores)
+//   kv/append/threads:N         kv_cache::append of S1's K [2048,8,128] (rotated, RoPE base 10000) and a V
+//                               of the same shape into an empty cache; limit: a copy of the same bytes
 //   limit/S5, limit/S5-rope     one head's Eigen GEMMs QKᵀ and PV per thread (-march=native): FLOP/s
 //   limit/S6                    a read pass over the cache's K and V: bytes/s
 //   naive/<shape>               materialised scores and softmax (Eigen GEMMs), 1 thread
@@ -44,10 +47,12 @@
 #include <mutex>
 #include <thread>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <posenc/attention/attention.hpp>
+#include <posenc/attention/kv_cache.hpp>
 
 #include "attention_limit.hpp"
 #include "limit.hpp"
@@ -492,7 +497,7 @@ double useful_flops(const attn_def& s) {
     return 4.0 * static_cast<double>(s.Hq * s.D) * pairs;
 }
 
-enum class rope_variant { on_the_fly, table, prerotated, head_major };
+enum class rope_variant { on_the_fly, table, prerotated, head_major, token_major };
 
 void attention_bench(benchmark::State& state, const attn_def& s, unsigned threads, rope_variant rv) {
     auto& b = data_for(s);
@@ -512,11 +517,19 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
     auto O = posenc::heads_view<float>(std::span<float>(b.out), {s.Tq, s.Hq, s.D});
     aligned_vector kcopy(rv == rope_variant::prerotated ? b.k.size() : 0);
     const bool decode = s.Tq == 1;
+    // S6 proper: a kv_cache filled once (untimed) with the keys rotated at their positions.
+    std::optional<posenc::kv_cache<posenc::rotary<posenc::half_split>>> cache;
+    if (decode && rv == rope_variant::on_the_fly) {
+        cache.emplace(rope, posenc::kv_cache_shape{.kv_heads = s.Hkv, .head_dim = s.D, .capacity = s.Tk});
+        cache->append(K, V, kpos);
+    }
     auto kernel = [&] {
         posenc::attention_options opt{.threads = threads};
         if (s.alibi) {
             posenc::attention(posenc::attention_encoding{posenc::nope{}, alibi}, Q, K, V, O, qpos, kpos, posenc::causal_mask{}, opt);
-        } else if (decode) {  // the cache holds rotated keys: only the query is rotated
+        } else if (cache) {
+            posenc::attention(posenc::attention_encoding{rope}, Q, *cache, O, qpos, posenc::causal_mask{}, opt);
+        } else if (decode) {  // the buffer holds rotated keys: only the query is rotated
             opt.keys_transformed = true;
             posenc::attention(posenc::attention_encoding{rope}, Q, K, V, O, qpos, kpos, posenc::causal_mask{}, opt);
         } else if (rv == rope_variant::table) {
@@ -536,9 +549,11 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
     float sink = 0;
     for (auto _ : state) {
         const auto t0 = clock::now();
-        if (decode) {
-            sink += posenc_bench::read_pass(b.k.data(), b.k.size(), threads);
-            sink += posenc_bench::read_pass(b.v.data(), b.v.size(), threads);
+        if (decode) {  // the same bytes the kernel reads (the cache's storage: capacity = Tk)
+            const float* kr = cache ? cache->key_storage().data() : b.k.data();
+            const float* vr = cache ? cache->value_storage().data() : b.v.data();
+            sink += posenc_bench::read_pass(kr, b.k.size(), threads);
+            sink += posenc_bench::read_pass(vr, b.v.size(), threads);
             limit_work += static_cast<double>((b.k.size() + b.v.size()) * sizeof(float));
         } else {
             limit_work += posenc_bench::gemm_pass(b.lq.data(), b.lk.data(), b.lv.data(), s.Tk, s.D, s.D, threads);
@@ -611,6 +626,40 @@ void attention_naive(benchmark::State& state, const attn_def& s) {
     state.counters["FLOP/s"] = benchmark::Counter(useful_flops(s), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// kv/append: S1's K and a V of the same shape appended to an empty cache (K rotated on the way in, one
+// read and one write), against a copy pass of the same bytes (K and V, source to a separate buffer),
+// timed alternately. bytes/s counts read + written.
+void kv_append(benchmark::State& state, unsigned threads) {
+    using clock = std::chrono::steady_clock;
+    auto& b = s1_buffers();
+    static aligned_vector v(b.k.size(), 0.5f), copy_dst(2 * b.k.size());
+    posenc::rotary<posenc::half_split> rope({.head_dim = S1_head_dim}, posenc::default_rope{.base = 10000});
+    rope.set_threads(threads);
+    posenc::kv_cache cache(rope, {.kv_heads = S1_kv_heads, .head_dim = S1_head_dim, .capacity = S1_tokens});
+    const posenc::heads_view<const float> K(b.k.data(), {S1_tokens, S1_kv_heads, S1_head_dim});
+    const posenc::heads_view<const float> V(v.data(), {S1_tokens, S1_kv_heads, S1_head_dim});
+    const auto pos = posenc::position_ids::consecutive(0, S1_tokens);
+    double limit_seconds = 0, kernel_seconds = 0;
+    for (auto _ : state) {
+        const auto t0 = clock::now();
+        posenc_bench::copy_pass(b.k.data(), copy_dst.data(), b.k.size(), threads);
+        posenc_bench::copy_pass(v.data(), copy_dst.data() + b.k.size(), v.size(), threads);
+        benchmark::ClobberMemory();
+        const auto t1 = clock::now();
+        cache.clear();
+        cache.append(K, V, pos);
+        benchmark::ClobberMemory();
+        const auto t2 = clock::now();
+        limit_seconds += std::chrono::duration<double>(t1 - t0).count();
+        kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
+        state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
+    }
+    benchmark::DoNotOptimize(cache.key_storage().data());
+    const double bytes = 2.0 * static_cast<double>((b.k.size() + v.size()) * sizeof(float));
+    state.SetBytesProcessed(static_cast<std::int64_t>(bytes * static_cast<double>(state.iterations())));
+    if (kernel_seconds > 0) state.counters["limit_fraction"] = limit_seconds / kernel_seconds;
+}
+
 void register_attention() {
     for (unsigned t : {1u, 2u}) {
         const std::string th = "/threads:" + std::to_string(t);
@@ -627,6 +676,13 @@ void register_attention() {
         benchmark::RegisterBenchmark(("attention/S5-rope-table" + th).c_str(),
                                      [t](benchmark::State& st) { attention_bench(st, S5_rope, t, rope_variant::table); })
             ->Unit(benchmark::kMillisecond)
+            ->UseManualTime();
+        benchmark::RegisterBenchmark(("attention/S6-token-major" + th).c_str(),
+                                     [t](benchmark::State& st) { attention_bench(st, S6, t, rope_variant::token_major); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseManualTime();
+        benchmark::RegisterBenchmark(("kv/append" + th).c_str(), [t](benchmark::State& st) { kv_append(st, t); })
+            ->Unit(benchmark::kMicrosecond)
             ->UseManualTime();
         benchmark::RegisterBenchmark(("attention/S6-head-major" + th).c_str(),
                                      [t](benchmark::State& st) { attention_bench(st, S6, t, rope_variant::head_major); })

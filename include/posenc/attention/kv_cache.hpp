@@ -1,0 +1,205 @@
+#pragma once
+// kv_cache: the keys (already transformed), values and positions of one layer's past tokens, for
+// Hkv heads, stored head-major [kv head][token][dim] so that decode reads each head's keys as one
+// contiguous run (a token-major cache interleaves the heads and defeats the prefetcher: measured
+// 0.21-0.30 of the read limit in decode against 0.58 head-major).
+//
+//   posenc::rotary<posenc::half_split> rope({.head_dim = 128}, posenc::default_rope{});
+//   posenc::kv_cache cache(rope, {.kv_heads = 8, .head_dim = 128, .capacity = 8192});
+//   cache.append(k, v, positions);                 // K rotated while it is written (one read, one write)
+//   posenc::attention(posenc::attention_encoding{rope}, q, cache, out, q_positions, posenc::causal_mask{});
+//   cache.context_shift(4, 2044);                  // keep 4 sink tokens and the last 2044, drop the middle
+//
+// The transform is the layer's key transform (rotary, any_rotary, or nope): the cache owns a copy, so
+// that append and context_shift always use the one the keys were rotated with. xPos is not cacheable
+// here: its key decay does not compose with a rotation by a constant offset.
+//
+// append checks everything (capacity, shapes, positions strictly increasing past the cached ones, the
+// transform's own checks) before it writes: after a throw the cache is byte-identical.
+//
+// context_shift(n_sink, n_recent), as llama.cpp's context shift and StreamingLLM do it: keeps the first
+// n_sink tokens (attention sinks) and the most recent n_recent, drops the middle, moves the kept recent
+// tokens down behind the sinks and re-rotates their keys by the position offset delta (rotary::shift, no
+// amplitude: the keys already carry it), so that the first kept recent token sits right after the last
+// sink (positions stay contiguous when they were). Keys rotated at p and then by delta equal keys
+// rotated at p + delta to float rounding (not bit-exactly: two roundings instead of one).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "posenc/attention/attention.hpp"
+#include "posenc/core/concepts.hpp"
+#include "posenc/core/errors.hpp"
+#include "posenc/core/positions.hpp"
+#include "posenc/core/tensor.hpp"
+#include "posenc/detail/checked_size.hpp"
+
+namespace posenc {
+
+struct kv_cache_shape {
+    std::size_t kv_heads = 0;
+    std::size_t head_dim = 0;
+    std::size_t value_dim = 0;  ///< 0 means head_dim
+    std::size_t capacity = 0;   ///< tokens
+};
+
+/// A key transform a cache can hold: the identity (copied in), or one with a fused out-of-place
+/// apply_into (rotated while copied in) and a shift (re-rotation after a context shift).
+template <class T>
+concept cacheable_transform =
+    qk_transform<T> && (is_identity_transform<T> ||
+                        requires(const T& t, heads_view<const float> src, heads_view<float> dst, const position_ids& p) {
+                            t.apply_into(src, dst, p);
+                            t.shift(dst, std::int64_t{0});
+                        });
+
+template <cacheable_transform Transform>
+class kv_cache {
+public:
+    kv_cache(Transform transform, kv_cache_shape shape) : transform_(std::move(transform)), shape_(shape) {
+        if (shape_.value_dim == 0) shape_.value_dim = shape_.head_dim;
+        detail::require(shape_.kv_heads > 0, "kv_heads", shape_.kv_heads, "must be > 0");
+        detail::require(shape_.head_dim > 0, "head_dim", shape_.head_dim, "must be > 0");
+        detail::require(shape_.capacity > 0, "capacity", shape_.capacity, "must be > 0");
+        if constexpr (requires { transform_.dims().head_dim; })
+            detail::require(transform_.dims().head_dim == shape_.head_dim, "head_dim", shape_.head_dim,
+                            "must equal the rotary's head_dim = " + detail::to_text(transform_.dims().head_dim));
+        const std::size_t slots = detail::checked_mul(shape_.capacity, shape_.kv_heads, "kv_cache size");
+        k_.resize(detail::checked_mul(slots, shape_.head_dim, "kv_cache size"));
+        v_.resize(detail::checked_mul(slots, shape_.value_dim, "kv_cache size"));
+        pos_.resize(shape_.capacity);
+    }
+
+    [[nodiscard]] const Transform& transform() const noexcept { return transform_; }
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] std::size_t capacity() const noexcept { return shape_.capacity; }
+    [[nodiscard]] std::size_t kv_heads() const noexcept { return shape_.kv_heads; }
+    [[nodiscard]] std::size_t head_dim() const noexcept { return shape_.head_dim; }
+    [[nodiscard]] std::size_t value_dim() const noexcept { return shape_.value_dim; }
+
+    /// [size, kv_heads, head_dim] over the cache (token stride head_dim, head stride capacity·head_dim):
+    /// what attention takes as K with keys_transformed = true. Valid until the next append/shift/clear.
+    [[nodiscard]] heads_view<const float> keys() const noexcept { return view(k_.data(), size_, shape_.head_dim); }
+    [[nodiscard]] heads_view<const float> values() const noexcept { return view(v_.data(), size_, shape_.value_dim); }
+    [[nodiscard]] position_ids positions() const noexcept { return std::span<const std::int64_t>(pos_.data(), size_); }
+    /// The position a next token continues with: last cached + 1 (0 when empty).
+    [[nodiscard]] std::int64_t next_position() const noexcept { return size_ ? pos_[size_ - 1] + 1 : 0; }
+
+    /// The whole storage, capacity included (diagnostics and tests).
+    [[nodiscard]] std::span<const float> key_storage() const noexcept { return k_; }
+    [[nodiscard]] std::span<const float> value_storage() const noexcept { return v_; }
+    [[nodiscard]] std::span<const std::int64_t> position_storage() const noexcept { return pos_; }
+
+    /// Appends tokens: K [n, kv_heads, head_dim] transformed at `pos` while written, V [n, kv_heads,
+    /// value_dim] copied, the positions recorded. Positions must increase strictly, past the cached ones.
+    void append(heads_view<const float> k, heads_view<const float> v, const position_ids& pos) {
+        const std::size_t n = pos.size();
+        check_view(k, "k", n, shape_.head_dim);
+        check_view(v, "v", n, shape_.value_dim);
+        if (n > shape_.capacity - size_)
+            throw range_error("posenc: kv_cache append of " + detail::to_text(n) + " tokens to " +
+                              detail::to_text(size_) + " of capacity " + detail::to_text(shape_.capacity));
+        if (n == 0) return;
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::int64_t p = pos[i];
+            const bool after = i == 0 ? (size_ == 0 || p > pos_[size_ - 1]) : p > pos[i - 1];
+            if (!after)
+                throw config_error("positions[" + detail::to_text(i) + "]", detail::to_text(p),
+                                   "must increase strictly, past the last cached position " +
+                                       (size_ ? detail::to_text(pos_[size_ - 1]) : std::string("(none)")));
+        }
+        const heads_view<float> kdst = view(k_.data(), size_, n, shape_.head_dim);
+        if constexpr (is_identity_transform<Transform>) {
+            copy_rows(k, kdst);
+        } else {
+            transform_.apply_into(k, kdst, pos);  // checks everything before it writes; the first write here
+        }
+        copy_rows(v, view(v_.data(), size_, n, shape_.value_dim));
+        for (std::size_t i = 0; i < n; ++i) pos_[size_ + i] = pos[i];
+        size_ += n;
+    }
+
+    /// Keeps the first n_sink and the last n_recent tokens, drops the middle and re-rotates the kept
+    /// recent keys so that they follow the sinks (see the top of this file). Returns the number of
+    /// tokens dropped (0 when n_sink + n_recent == size()). n_sink + n_recent > size() throws.
+    std::size_t context_shift(std::size_t n_sink, std::size_t n_recent) {
+        if (n_sink > size_ || n_recent > size_ - n_sink)
+            throw range_error("posenc: kv_cache context_shift keeps " + detail::to_text(n_sink) + " sink + " +
+                              detail::to_text(n_recent) + " recent tokens of " + detail::to_text(size_));
+        const std::size_t dropped = size_ - n_sink - n_recent;
+        if (dropped == 0) return 0;
+        const std::size_t from = size_ - n_recent;
+        if (n_recent > 0) {
+            const std::int64_t target = n_sink > 0 ? pos_[n_sink - 1] + 1 : pos_[0];
+            const std::int64_t delta = target - pos_[from];
+            // Rotate first, where the keys are: the only step that can throw, before anything moved.
+            if constexpr (!is_identity_transform<Transform>)
+                transform_.shift(view(k_.data(), from, n_recent, shape_.head_dim), delta);
+            move_rows(k_.data(), from, n_sink, n_recent, shape_.head_dim);
+            move_rows(v_.data(), from, n_sink, n_recent, shape_.value_dim);
+            for (std::size_t i = 0; i < n_recent; ++i) pos_[n_sink + i] = pos_[from + i] + delta;
+        }
+        size_ -= dropped;
+        return dropped;
+    }
+
+    void clear() noexcept { size_ = 0; }
+
+private:
+    template <class T>
+    heads_view<T> view(T* base, std::size_t first, std::size_t n, std::size_t dim) const noexcept {
+        return heads_view<T>(base + first * dim, {n, shape_.kv_heads, dim}, {dim, shape_.capacity * dim});
+    }
+    heads_view<const float> view(const float* base, std::size_t n, std::size_t dim) const noexcept {
+        return view(base, 0, n, dim);
+    }
+    heads_view<float> view(float* base, std::size_t first, std::size_t n, std::size_t dim) noexcept {
+        return view<float>(base, first, n, dim);
+    }
+
+    void check_view(const heads_view<const float>& x, const char* name, std::size_t n, std::size_t dim) const {
+        if (n == 0 && x.empty()) return;
+        if (x.tokens() != n || x.heads() != shape_.kv_heads || x.head_dim() != dim)
+            throw config_error(std::string(name) + " shape",
+                               detail::to_text(x.tokens()) + "x" + detail::to_text(x.heads()) + "x" +
+                                   detail::to_text(x.head_dim()),
+                               "needs " + detail::to_text(n) + " tokens (one per position) x kv_heads = " +
+                                   detail::to_text(shape_.kv_heads) + " x " + detail::to_text(dim));
+    }
+
+    static void copy_rows(const heads_view<const float>& src, const heads_view<float>& dst) noexcept {
+        for (std::size_t h = 0; h < src.heads(); ++h)
+            for (std::size_t t = 0; t < src.tokens(); ++t) std::memcpy(dst.row(t, h), src.row(t, h), src.head_dim() * sizeof(float));
+    }
+
+    // Tokens [from, from + n) → [to, to + n) in every head (to < from; the ranges may overlap).
+    void move_rows(float* base, std::size_t from, std::size_t to, std::size_t n, std::size_t dim) noexcept {
+        for (std::size_t h = 0; h < shape_.kv_heads; ++h) {
+            float* head = base + h * shape_.capacity * dim;
+            std::memmove(head + to * dim, head + from * dim, n * dim * sizeof(float));
+        }
+    }
+
+    Transform transform_;
+    kv_cache_shape shape_;
+    detail::attn_floats k_, v_;
+    std::vector<std::int64_t> pos_;
+    std::size_t size_ = 0;
+};
+
+/// Decode (or chunked prefill): queries at their positions against everything the cache holds, with
+/// keys_transformed = true (the cache's keys are rotated already). enc.transform must be the one the
+/// cache was filled with (the cache holds a copy: cache.transform()).
+template <class Transform, class Bias, class Scale, cacheable_transform CacheTransform, attention_mask Mask = no_mask>
+void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q,
+               const kv_cache<CacheTransform>& cache, heads_view<float> out, const position_ids& q_positions,
+               const Mask& mask = {}, attention_options options = {}) {
+    options.keys_transformed = true;
+    attention(enc, q, cache.keys(), cache.values(), out, q_positions, cache.positions(), mask, options);
+}
+
+}  // namespace posenc

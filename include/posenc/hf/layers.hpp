@@ -1,0 +1,208 @@
+#pragma once
+// A model as attention sees it: one encoding per layer, read from a HuggingFace config.json (needs
+// nlohmann-json; link posenc::hf), so that an engine does not parse the file a second time.
+//
+//   auto model = posenc::hf::load_layers("config.json");
+//   for (const auto& layer : model.layers) { layer.rope (or NoPE), layer.kind, layer.window, … }
+//
+// Keys read, on top of parse_config's (config.hpp): num_attention_heads, num_key_value_heads (default:
+// num_attention_heads), head_dim (through parse_config), num_hidden_layers, layer_types,
+// sliding_window, no_rope_layers / no_rope_layer_interval, attention_chunk_size,
+// attn_temperature_tuning / floor_scale / attn_scale, attn_logit_softcapping, query_pre_attn_scalar.
+//
+// Per family (HF's config classes and modeling code):
+// - Gemma-3: layer_types (default: every 6th layer full, from sliding_window_pattern); sliding layers
+//   use rope_local_base_freq (or rope_parameters.sliding_attention) and sliding_window (default 4096),
+//   full layers rope_theta with rope_scaling; scale query_pre_attn_scalar^−½ (default 256);
+//   attn_logit_softcapping when set. Defaults of Gemma3TextConfig: 8 heads, 4 kv heads.
+// - Llama 4 (iRoPE): layer i uses RoPE iff no_rope_layers[i] (1 = RoPE) or, without the list,
+//   (i + 1) % no_rope_layer_interval != 0 (default 4). RoPE layers: chunked attention of
+//   attention_chunk_size (default 8192); NoPE layers: full attention, with Llama 4's temperature when
+//   attn_temperature_tuning (default true; floor_scale 8192, attn_scale 0.1).
+// - gpt-oss: layer_types (default: alternating, layer 0 sliding), sliding_window, learned sinks.
+// - Mistral / Mixtral / Ministral / Starcoder2: every layer sliding when sliding_window is set (not
+//   null), else full.
+// - Any other RoPE model: layer_types when given, else every layer full attention (sliding_window is
+//   not read: Qwen2's use_sliding_window / max_window_layers are not modelled yet).
+// DeepSeek (model_type deepseek*): the scale carries YaRN's softmax_scale_multiplier().
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "posenc/hf/config.hpp"
+#include "posenc/logit/nope.hpp"
+
+namespace posenc::hf {
+
+enum class attention_kind { full, sliding, chunked };
+
+/// One layer's encoding.
+struct layer_encoding {
+    std::string layer_type;          ///< "full_attention", "sliding_attention", "chunked_attention"
+    std::optional<rope_spec> rope;   ///< empty: NoPE
+    attention_kind kind = attention_kind::full;
+    std::int64_t window = 0;         ///< sliding_window (kind == sliding): key j visible iff i − W < j ≤ i
+    std::int64_t chunk = 0;          ///< attention_chunk_size (kind == chunked)
+    double scale = 0.0;              ///< the softmax scale s (fixed_scale{scale}); with temperature: 1/√head_dim
+    std::optional<llama4_attn_temperature> temperature;  ///< Llama 4's NoPE layers (temperature_scale)
+    float softcap = 0.0f;            ///< attn_logit_softcapping, 0 = off
+    bool sinks = false;              ///< learned per-head sink logits (gpt-oss), weights not in config.json
+};
+
+struct model_layers {
+    std::string model_type;
+    std::size_t heads = 0;     ///< num_attention_heads
+    std::size_t kv_heads = 0;  ///< num_key_value_heads
+    std::size_t head_dim = 0;
+    std::vector<layer_encoding> layers;
+};
+
+namespace detail {
+
+inline bool is_gemma3(const std::string& t) { return t == "gemma3" || t == "gemma3_text"; }
+inline bool is_llama4(const std::string& t) { return t == "llama4" || t == "llama4_text"; }
+inline bool all_sliding_family(const std::string& t) {
+    return t == "mistral" || t == "mixtral" || t == "ministral" || t == "starcoder2";
+}
+
+}  // namespace detail
+
+/// Reads a parsed config.json into one encoding per layer; `layout` as for parse_config.
+[[nodiscard]] inline model_layers parse_layers(const nlohmann::json& config, std::optional<rope_layout> layout = std::nullopt) {
+    using detail::reader;
+    const model_config cfg = parse_config(config, layout);  // checks the object and every RoPE key
+    const nlohmann::json& text =
+        config.contains("text_config") && config["text_config"].is_object() ? config["text_config"] : config;
+    const reader top(text, &text == &config ? "" : "text_config");
+    const std::string& type = cfg.model_type;
+    const bool gemma = detail::is_gemma3(type), llama4 = detail::is_llama4(type), gpt_oss = type == "gpt_oss";
+
+    model_layers out;
+    out.model_type = type;
+    out.heads = static_cast<std::size_t>(gemma ? top.integer("num_attention_heads", 1, limits::heads, 8)
+                                               : top.integer("num_attention_heads", 1, limits::heads));
+    const std::int64_t kv_default = gemma ? 4 : static_cast<std::int64_t>(out.heads);
+    out.kv_heads = static_cast<std::size_t>(top.integer("num_key_value_heads", 1, limits::heads, kv_default));
+    if (out.heads % out.kv_heads != 0)
+        throw config_error(top.name("num_key_value_heads"), detail::to_text(out.kv_heads),
+                           "must divide num_attention_heads = " + detail::to_text(out.heads));
+    out.head_dim = cfg.rope.dims.head_dim;
+
+    // The layer count: num_hidden_layers, or the length of layer_types.
+    std::int64_t n = 0;
+    if (top.has("num_hidden_layers")) n = top.integer("num_hidden_layers", 1, limits::layers);
+    if (!cfg.layer_types.empty()) {
+        if (n != 0 && static_cast<std::size_t>(n) != cfg.layer_types.size())
+            throw config_error(top.name("layer_types"), "of " + detail::to_text(cfg.layer_types.size()) + " entries",
+                               "must have num_hidden_layers = " + detail::to_text(n) + " entries");
+        n = static_cast<std::int64_t>(cfg.layer_types.size());
+    }
+    if (n == 0) (void)top.at("num_hidden_layers");  // reports the missing key
+
+    const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(out.head_dim));
+    double scale = inv_sqrt_d;
+    if (gemma) {
+        const double s = top.number("query_pre_attn_scalar", 256.0);
+        if (!(s > 0.0)) throw config_error(top.name("query_pre_attn_scalar"), detail::to_text(s), "must be > 0");
+        scale = 1.0 / std::sqrt(s);
+    } else if (type.rfind("deepseek", 0) == 0) {
+        scale = inv_sqrt_d * cfg.rope.softmax_scale_multiplier();
+    }
+    float softcap = 0.0f;
+    if (top.has("attn_logit_softcapping")) {
+        const double c = top.number("attn_logit_softcapping");
+        if (!(c > 0.0) || c > 1e30) throw config_error(top.name("attn_logit_softcapping"), detail::to_text(c), "must be > 0");
+        softcap = static_cast<float>(c);
+    }
+    // Gemma-3 defaults sliding_window to 4096; elsewhere a sliding layer needs it.
+    auto window = [&] {
+        return gemma ? top.integer("sliding_window", 1, limits::positions, 4096)
+                     : top.integer("sliding_window", 1, limits::positions);
+    };
+
+    out.layers.reserve(static_cast<std::size_t>(n));
+    if (llama4) {
+        std::vector<bool> use_rope(static_cast<std::size_t>(n));
+        if (top.has("no_rope_layers") && !top.at("no_rope_layers").empty()) {
+            const auto list = top.numbers("no_rope_layers", static_cast<std::size_t>(limits::layers));
+            if (list.size() != static_cast<std::size_t>(n))
+                throw config_error(top.name("no_rope_layers"), "of " + detail::to_text(list.size()) + " entries",
+                                   "must have num_hidden_layers = " + detail::to_text(n) + " entries");
+            for (std::size_t i = 0; i < list.size(); ++i) {
+                if (list[i] != 0.0 && list[i] != 1.0)
+                    throw config_error(top.name("no_rope_layers"), detail::to_text(list[i]), "entries must be 0 (NoPE) or 1 (RoPE)");
+                use_rope[i] = list[i] == 1.0;
+            }
+        } else {
+            const std::int64_t interval = top.integer("no_rope_layer_interval", 1, limits::layers, 4);
+            for (std::int64_t i = 0; i < n; ++i) use_rope[static_cast<std::size_t>(i)] = (i + 1) % interval != 0;
+        }
+        const std::int64_t chunk = top.integer("attention_chunk_size", 1, limits::positions, 8192);
+        const bool tuning = top.boolean("attn_temperature_tuning", true);
+        llama4_attn_temperature t{.floor_scale = top.number("floor_scale", 8192.0), .attn_scale = top.number("attn_scale", 0.1)};
+        try {
+            t.validate();
+        } catch (const config_error& e) {
+            throw config_error(top.name(e.key()), e.value(), e.why());
+        }
+        for (std::int64_t i = 0; i < n; ++i) {
+            layer_encoding l;
+            l.scale = scale;
+            l.softcap = softcap;
+            if (use_rope[static_cast<std::size_t>(i)]) {
+                l.layer_type = "chunked_attention";
+                l.rope = cfg.rope;
+                l.kind = attention_kind::chunked;
+                l.chunk = chunk;
+            } else {
+                l.layer_type = "full_attention";
+                if (tuning) l.temperature = t;
+            }
+            out.layers.push_back(std::move(l));
+        }
+        return out;
+    }
+
+    for (std::int64_t i = 0; i < n; ++i) {
+        layer_encoding l;
+        l.scale = scale;
+        l.softcap = softcap;
+        l.sinks = gpt_oss;
+        if (!cfg.layer_types.empty())
+            l.layer_type = cfg.layer_types[static_cast<std::size_t>(i)];
+        else if (gpt_oss)
+            l.layer_type = (i + 1) % 2 ? "sliding_attention" : "full_attention";
+        else if (detail::all_sliding_family(type) && top.has("sliding_window"))
+            l.layer_type = "sliding_attention";
+        else
+            l.layer_type = "full_attention";
+        if (l.layer_type == "sliding_attention") {
+            l.kind = attention_kind::sliding;
+            l.window = window();
+        } else if (l.layer_type == "chunked_attention") {
+            l.kind = attention_kind::chunked;
+            l.chunk = top.integer("attention_chunk_size", 1, limits::positions);
+        } else if (l.layer_type != "full_attention") {
+            throw config_error(top.name("layer_types"), detail::echo_string(l.layer_type),
+                               "is not full_attention, sliding_attention or chunked_attention");
+        }
+        l.rope = cfg.rope_by_layer_type.empty() ? cfg.rope : cfg.rope_for(l.layer_type);
+        out.layers.push_back(std::move(l));
+    }
+    return out;
+}
+
+/// parse_layers of config.json text, with the checks of config_from_string.
+[[nodiscard]] inline model_layers layers_from_string(std::string_view json_text, std::optional<rope_layout> layout = std::nullopt) {
+    return parse_layers(detail::parse_json(json_text, "<string>"), layout);
+}
+
+[[nodiscard]] inline model_layers load_layers(const std::filesystem::path& path, std::optional<rope_layout> layout = std::nullopt) {
+    return parse_layers(detail::read_json(path), layout);
+}
+
+}  // namespace posenc::hf
