@@ -15,7 +15,7 @@
 //   attention/S6/threads:N      decode: 1 query at 8191 over a kv_cache of 8192 rotated keys (head-major), 32/8, dim 128
 //   attention/S6-token-major/... the same keys in a plain [token][kv head][dim] buffer
 //   attention/S6-head-major/... a plain buffer laid out [kv head][token][dim] (what kv_cache stores)
-//   kv/append/threads:N         kv_cache::append of S1's K [2048,8,128] (rotated, RoPE base 10000) and a V
+//   kv_cache/append/threads:N   kv_cache::append of S1's K [2048,8,128] (rotated, RoPE base 10000) and a V
 //                               of the same shape into an empty cache; limit: a copy of the same bytes
 //   limit/S5, limit/S5-rope     one head's Eigen GEMMs QKᵀ and PV per thread (-march=native): FLOP/s
 //   limit/S6                    a read pass over the cache's K and V: bytes/s
@@ -626,10 +626,10 @@ void attention_naive(benchmark::State& state, const attn_def& s) {
     state.counters["FLOP/s"] = benchmark::Counter(useful_flops(s), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// kv/append: S1's K and a V of the same shape appended to an empty cache (K rotated on the way in, one
+// kv_cache/append: S1's K and a V of the same shape appended to an empty cache (K rotated on the way in, one
 // read and one write), against a copy pass of the same bytes (K and V, source to a separate buffer),
 // timed alternately. bytes/s counts read + written.
-void kv_append(benchmark::State& state, unsigned threads) {
+void kv_cache_append(benchmark::State& state, unsigned threads) {
     using clock = std::chrono::steady_clock;
     auto& b = s1_buffers();
     static aligned_vector v(b.k.size(), 0.5f), copy_dst(2 * b.k.size());
@@ -681,7 +681,7 @@ void register_attention() {
                                      [t](benchmark::State& st) { attention_bench(st, S6, t, rope_variant::token_major); })
             ->Unit(benchmark::kMillisecond)
             ->UseManualTime();
-        benchmark::RegisterBenchmark(("kv/append" + th).c_str(), [t](benchmark::State& st) { kv_append(st, t); })
+        benchmark::RegisterBenchmark(("kv_cache/append" + th).c_str(), [t](benchmark::State& st) { kv_cache_append(st, t); })
             ->Unit(benchmark::kMicrosecond)
             ->UseManualTime();
         benchmark::RegisterBenchmark(("attention/S6-head-major" + th).c_str(),
