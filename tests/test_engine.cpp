@@ -333,6 +333,30 @@ TEST_CASE("apply_into converts float to bf16 on the way, and rejects overlapping
     CHECK(buf == before);
 }
 
+TEST_CASE("apply_into with Q and K rejects a destination that overlaps the other view's source or destination", "[out_of_place]") {
+    const std::size_t T = 4, H = 2, D = 32, n = T * H * D;
+    posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+    // Four disjoint regions of one buffer; each bad case points one destination at another view's bytes.
+    std::vector<float> buf(4 * n);
+    for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i % 97) * 0.01f;
+    const std::vector<float> before = buf;
+    auto view = [&](std::size_t region) { return posenc::heads_view<float>(buf.data() + region * n, {T, H, D}); };
+    auto src = [&](std::size_t region) { return posenc::heads_view<const float>(view(region)); };
+    const auto pos = posenc::position_ids::consecutive(7, T);
+    std::size_t cases = 0;
+    // q_dst on k_src, q_dst on k_dst, k_dst on q_src.
+    posenc_test::expect_config_error([&] { rope.apply_into(src(0), view(2), src(2), view(3), pos); }, "q_dst", "k_src");
+    ++cases;
+    posenc_test::expect_config_error([&] { rope.apply_into(src(0), view(3), src(2), view(3), pos); }, "q_dst", "k_dst");
+    ++cases;
+    posenc_test::expect_config_error([&] { rope.apply_into(src(0), view(1), src(2), view(0), pos); }, "k_dst", "q_src");
+    ++cases;
+    REQUIRE(cases == 3);
+    CHECK(buf == before);
+    rope.apply_into(src(0), view(1), src(2), view(3), pos);  // all four disjoint: accepted, and it writes
+    CHECK(buf != before);
+}
+
 // ---- batch invariance ---------------------------------------------------------------------------
 
 namespace {

@@ -5,26 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "support/catch.hpp"
-
-namespace {
-std::string between(const std::string& text, const std::string& begin, const std::string& end) {
-    const auto b = text.find(begin);
-    const auto e = b == std::string::npos ? b : text.find(end, b + begin.size());
-    if (b == std::string::npos || e == std::string::npos) return {};
-    return text.substr(b + begin.size(), e - b - begin.size());
-}
-std::string read(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-}  // namespace
+#include "support/readme.hpp"
 
 TEST_CASE("README snippet: kv_cache", "[readme][kv_cache]") {
     // --- snippet begin ---
@@ -56,13 +40,13 @@ TEST_CASE("README snippet: kv_cache", "[readme][kv_cache]") {
 }
 
 TEST_CASE("README's kv_cache block is the compiled snippet", "[readme][kv_cache]") {
-    const std::string self = read(__FILE__);
-    std::string snippet = between(self, "    // --- snippet begin ---\n", "    // --- snippet end ---");
+    const std::string self = posenc_test::read_file(__FILE__);
+    std::string snippet = posenc_test::between(self, "    // --- snippet begin ---\n", "    // --- snippet end ---");
     std::string unindented;
     std::istringstream lines(snippet);
     for (std::string line; std::getline(lines, line);) unindented += (line.rfind("    ", 0) == 0 ? line.substr(4) : line) + "\n";
-    const std::string readme = read(std::string(POSENC_TEST_DATA_DIR) + "/../../README.md");
-    const std::string block = between(readme, "<!-- kv_cache snippet -->\n```cpp\n", "```");
+    const std::string readme = posenc_test::read_file(std::string(POSENC_TEST_DATA_DIR) + "/../../README.md");
+    const std::string block = posenc_test::between(readme, "<!-- kv_cache snippet -->\n```cpp\n", "```");
     REQUIRE(!unindented.empty());
     CHECK(block == unindented);
 }

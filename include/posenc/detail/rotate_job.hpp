@@ -123,4 +123,16 @@ void require_out_of_place(const heads_view<const S>& src, const heads_view<D>& d
                            "an out-of-place destination must not overlap its source (use the in-place apply)");
 }
 
+/// Two views of one call that must not share bytes (a Q destination and a K source or destination):
+/// otherwise one view's writes would change what the other reads, or the result would depend on the
+/// order of the work. Checked by the byte ranges the two views span.
+template <class A, class B>
+void require_disjoint(const heads_view<A>& a, const heads_view<B>& b, std::string_view a_name, std::string_view b_name) {
+    const auto [a0, a1] = byte_extent(a);
+    const auto [b0, b1] = byte_extent(b);
+    if (a0 != nullptr && b0 != nullptr && a0 < b1 && b0 < a1)
+        throw config_error(std::string(a_name), "overlapping " + std::string(b_name),
+                           "the views of one call must not overlap");
+}
+
 }  // namespace posenc::detail

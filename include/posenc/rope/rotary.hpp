@@ -238,6 +238,9 @@ private:
         require_view(ks, "k", pos.size());
         detail::require_out_of_place(qs, q_dst, "q");
         detail::require_out_of_place(ks, k_dst, "k");
+        detail::require_disjoint(q_dst, ks, "q_dst", "k_src");
+        detail::require_disjoint(q_dst, k_dst, "q_dst", "k_dst");
+        detail::require_disjoint(k_dst, qs, "k_dst", "q_src");
         return unchecked_job(detail::job_view::out_of_place(qs, q_dst), detail::job_view::out_of_place(ks, k_dst), pos,
                              dir, table);
     }
