@@ -346,3 +346,64 @@ TEST_CASE("attention at T = 1000 and packed sequences", "[attention]") {
               bound);
     }
 }
+
+TEST_CASE("attention: sliding windows and chunks wider than a key tile", "[attention][mask]") {
+    // Windows and chunks of 64 (one key tile), 65, 100 and 200 over 300 tokens (5 key tiles, 19 query
+    // tiles of GQA 4:1): tiles the mask hides whole, sees whole and cuts through, at an offset that is
+    // not a multiple of the tile, in prefill and for the last 7 queries alone (decode-like).
+    const std::size_t D = 32, T = 300;
+    posenc::any_rotary rope(posenc::rope_layout::interleaved, {.head_dim = D}, posenc::default_rope{});
+    attn_model m;
+    m.rot_q = m.rot_k = rope_rot(D, true, rope.frequencies().inv_freq, 1.0);
+    std::size_t compared = 0;
+    auto check = [&](const auto& mask, const visible_fn& visible, const std::string& name) {
+        for (const std::size_t Tq : {T, std::size_t{7}}) {
+            // Queries at the last Tq keys' positions.
+            const attn_problem p = make_attn_problem(Tq, T, 8, 2, D, D, 40 + static_cast<std::uint32_t>(compared % 97), 37);
+            const auto got = run_posenc(p, posenc::attention_encoding{rope}, mask);
+            INFO(name << " Tq " << Tq);
+            CHECK(error_of(got, reference_attention(p, m, visible)) / max_abs(p.v) <= bound);
+            compared += got.size();
+        }
+    };
+    for (const std::int64_t w : {64, 65, 100, 200})
+        check(posenc::sliding_window_mask{.window = w}, [w](std::int64_t i, std::int64_t j) { return i - w < j && j <= i; },
+              "window " + std::to_string(w));
+    for (const std::int64_t c : {64, 100})
+        check(posenc::chunked_mask{.chunk = c},
+              [c](std::int64_t i, std::int64_t j) { return j <= i && floor_div(i, c) == floor_div(j, c); },
+              "chunk " + std::to_string(c));
+    REQUIRE(compared == 6 * (T + 7) * 8 * D);
+}
+
+TEST_CASE("attention masks: classify() never contradicts visible() on a tile", "[attention][mask]") {
+    // Every tile of query positions [q_lo, q_hi] × key positions [k_lo, k_hi] in a small grid (negative
+    // positions included): `none` must mean no pair is visible, `all` that every pair is. (`partial` is
+    // always safe.) Off-by-one edges in classify() show up here whatever the kernel's tile sizes.
+    std::size_t tiles = 0, none = 0, all = 0;
+    auto check = [&](const auto& mask) {
+        for (std::int64_t ql = -12; ql <= 12; ql += 3)
+            for (std::int64_t qn = 0; qn <= 6; qn += 2)
+                for (std::int64_t kl = -20; kl <= 12; kl += 1)
+                    for (std::int64_t kn = 0; kn <= 9; kn += 3) {
+                        const posenc::tile_bounds t{ql, ql + qn, kl, kl + kn};
+                        std::size_t visible = 0, pairs = 0;
+                        for (std::int64_t i = t.q_lo; i <= t.q_hi; ++i)
+                            for (std::int64_t j = t.k_lo; j <= t.k_hi; ++j, ++pairs) visible += mask.visible(i, j) ? 1 : 0;
+                        const auto c = mask.classify(t);
+                        INFO(mask.name << " q [" << t.q_lo << ", " << t.q_hi << "] k [" << t.k_lo << ", " << t.k_hi << "]");
+                        if (c == posenc::tile_visibility::none) CHECK(visible == 0);
+                        if (c == posenc::tile_visibility::all) CHECK(visible == pairs);
+                        none += c == posenc::tile_visibility::none;
+                        all += c == posenc::tile_visibility::all;
+                        ++tiles;
+                    }
+    };
+    check(posenc::no_mask{});
+    check(posenc::causal_mask{});
+    for (const std::int64_t w : {1, 2, 3, 5, 8, 13}) check(posenc::sliding_window_mask{.window = w});
+    for (const std::int64_t c : {1, 2, 3, 5, 8}) check(posenc::chunked_mask{.chunk = c});
+    REQUIRE(tiles == 13 * 9 * 4 * 33 * 4);
+    REQUIRE(none > tiles / 10);  // the grid reaches every classification
+    REQUIRE(all > tiles / 10);
+}
