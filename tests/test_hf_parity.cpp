@@ -78,23 +78,30 @@ TEST_CASE("Llama-4 Scout: llama3 with low_freq_factor == high_freq_factor == 1 i
 }
 
 TEST_CASE("yarn with beta_fast == beta_slow equals HF's ramp with its +0.001", "[hf][parity]") {
+    struct yarn_case {
+        double original, beta;
+        bool truncate;
+    };
+    // The last case puts both correction dims in (-1, 0): floor/ceil and the clamps give low == high == 0,
+    // where HF's +0.001 turns the ramp's 0/0 at pair 0 into 0.
+    const yarn_case cases[] = {{32768, 8.0, true}, {32768, 8.0, false}, {64, 11.32, true}};
     std::size_t compared = 0;
-    for (const bool truncate : {true, false}) {
+    for (const auto& [original, beta, truncate] : cases) {
         const json c{{"model_type", "qwen2"}, {"hidden_size", 4096}, {"num_attention_heads", 32}, {"rope_theta", 1e6},
                      {"max_position_embeddings", 131072},
                      {"rope_scaling",
-                      {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768},
-                       {"beta_fast", 8.0}, {"beta_slow", 8.0}, {"truncate", truncate}}}};
+                      {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", original},
+                       {"beta_fast", beta}, {"beta_slow", beta}, {"truncate", truncate}}}};
         const auto inv = inv_of(posenc::hf::parse_config(c).rope);
-        const auto expected = hf_yarn(1e6, 128, 4.0, 8.0, 8.0, 32768.0, truncate);
+        const auto expected = hf_yarn(1e6, 128, 4.0, beta, beta, original, truncate);
         REQUIRE(inv.size() == expected.size());
         for (std::size_t i = 0; i < inv.size(); ++i, ++compared) {
-            INFO("truncate " << truncate << " pair " << i);
+            INFO("original " << original << " truncate " << truncate << " pair " << i);
             CHECK(std::isfinite(inv[i]));
             CHECK(std::abs(inv[i] - expected[i]) <= 1e-14 * expected[i]);
         }
     }
-    REQUIRE(compared == 128);
+    REQUIRE(compared == 192);
 }
 
 TEST_CASE("GPT-J: rope_theta and rope_scaling are ignored as HF's GPT-J ignores them, and said so", "[hf][parity]") {
