@@ -219,6 +219,29 @@ TEST_CASE("Qwen2 sliding window: layers >= max_window_layers slide only with use
     CHECK(d.layers[29].window == 4096);
 }
 
+TEST_CASE("Gemma-2: alternating layers, query_pre_attn_scalar and softcapping from Gemma2Config's defaults", "[hf][parity][layers]") {
+    const json g{{"model_type", "gemma2"}, {"num_hidden_layers", 4}, {"hidden_size", 2304}};
+    const auto m = posenc::hf::parse_layers(g);
+    CHECK(m.heads == 8);
+    CHECK(m.kv_heads == 4);
+    CHECK(m.head_dim == 256);
+    REQUIRE(m.layers.size() == 4);
+    for (std::size_t i = 0; i < 4; ++i) {
+        INFO("layer " << i);
+        // Gemma2Config: "sliding_attention" if (i + 1) % 2 else "full_attention".
+        CHECK(m.layers[i].kind == (i % 2 == 0 ? posenc::hf::attention_kind::sliding : posenc::hf::attention_kind::full));
+        CHECK(m.layers[i].window == (i % 2 == 0 ? 4096 : 0));
+        CHECK(m.layers[i].scale == 1.0 / std::sqrt(256.0));
+        CHECK(m.layers[i].softcap == 50.0f);
+    }
+    json off = g;
+    off["attn_logit_softcapping"] = nullptr;
+    off["query_pre_attn_scalar"] = 144;
+    const auto o = posenc::hf::parse_layers(off);
+    CHECK(o.layers[0].softcap == 0.0f);
+    CHECK(o.layers[0].scale == 1.0 / 12.0);
+}
+
 TEST_CASE("Qwen2-VL-7B (flat, v4 file): mrope section read, default schedule, vision token ids", "[hf][parity][mrope]") {
     // The shape of Qwen/Qwen2-VL-7B-Instruct's config.json.
     const json c{{"model_type", "qwen2_vl"}, {"hidden_size", 3584}, {"num_attention_heads", 28}, {"num_key_value_heads", 4},

@@ -26,7 +26,9 @@ for e in entries:
     if f.get('local_base_freq')=='true': keys.append('`rope_local_base_freq`, `sliding_window_pattern`, `query_pre_attn_scalar`')
     if 'alibi_key' in f: keys.append('`%s` (true: ALiBi)'%f['alibi_key'].strip('"'))
     lr=f.get('layers','layer_rule::full').split('::')[1]
-    keys.append({'full':'','sliding_if_window':'`sliding_window`','gemma3_pattern':'','llama4_irope':'`no_rope_layers`, `no_rope_layer_interval`, `attention_chunk_size`, `attn_temperature_tuning`','alternating':'`sliding_window` (alternating), sinks','qwen2_window':'`use_sliding_window`, `max_window_layers`, `sliding_window`'}[lr])
+    keys.append({'full':'','sliding_if_window':'`sliding_window`','gemma3_pattern':'','llama4_irope':'`no_rope_layers`, `no_rope_layer_interval`, `attention_chunk_size`, `attn_temperature_tuning`','alternating':'`sliding_window` (layers alternate)','qwen2_window':'`use_sliding_window`, `max_window_layers`, `sliding_window`'}[lr])
+    if f.get('sinks')=='true': keys.append('learned sinks')
+    if f.get('query_pre_attn_scalar')=='true' and f.get('local_base_freq')!='true': keys.append('`query_pre_attn_scalar`')
     keys=[k for k in keys if k]
     d=[]
     num=lambda v: v.replace("'","")
@@ -42,6 +44,7 @@ for e in entries:
     if 'partial_rotary_factor' in f: d.append('%s %s'%(f.get('partial_key','"partial_rotary_factor"').strip('"'),f['partial_rotary_factor']))
     if 'sliding_window' in f: d.append('sliding_window %s'%f['sliding_window'])
     if 'max_window_layers' in f: d.append('max_window_layers %s'%f['max_window_layers'])
+    if 'attn_logit_softcapping' in f: d.append('attn_logit_softcapping %s'%f['attn_logit_softcapping'].replace('.0',''))
     if 'tokens_per_second' in f: d.append('tokens_per_second %s'%f['tokens_per_second'])
     if f.get('heads_rule')=='head_rule::divides': d.append('heads must divide the hidden size')
     if f.get('fixed_rope')=='true': d.append('**base 10000, no scaling: `rope_theta` / `rope_scaling` ignored (noted)**')

@@ -321,7 +321,7 @@ enum class layer_rule : std::uint8_t {
     sliding_if_window,  ///< Mistral: every layer sliding when sliding_window is set (not null)
     gemma3_pattern,     ///< every sliding_window_pattern-th layer full (default 6), the others sliding
     llama4_irope,       ///< no_rope_layers / no_rope_layer_interval; RoPE layers chunked
-    alternating,        ///< gpt-oss: layer 0 sliding, then alternating
+    alternating,        ///< gpt-oss, Gemma-2: layer 0 sliding, then alternating
     qwen2_window,       ///< layers >= max_window_layers sliding, only when use_sliding_window is true
 };
 
@@ -368,6 +368,7 @@ struct family {
     bool query_pre_attn_scalar = false;   ///< Gemma-3: softmax scale query_pre_attn_scalar^-1/2 (default 256)
     bool yarn_softmax_scale = false;      ///< DeepSeek: softmax scale × YaRN's softmax_scale_multiplier()
     bool sinks = false;                   ///< gpt-oss: learned per-head sinks
+    double attn_logit_softcapping = 0;    ///< default attn_logit_softcapping (Gemma-2: 50); 0: off
 };
 
 /// The one table of families. Adding a family is adding an entry. Defaults marked (v5) are those of
@@ -393,7 +394,10 @@ inline constexpr family families[] = {
      .legacy_longrope_names = true},
     {.model_type = "phimoe", .legacy_longrope_names = true},
     {.model_type = "gemma"},
-    {.model_type = "gemma2"},
+    // Gemma2Config (v5): head_dim 256, 8 heads / 4 kv heads, layers alternate sliding (4096) / full,
+    // query_pre_attn_scalar 256, attn_logit_softcapping 50.
+    {.model_type = "gemma2", .max_position_embeddings = 8192, .head_dim = 256, .heads = 8, .layers = layer_rule::alternating,
+     .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true, .attn_logit_softcapping = 50.0},
     {.model_type = "gemma3", .rope_theta = 1'000'000.0, .head_dim = 256, .heads = 8, .local_base_freq = true,
      .layers = layer_rule::gemma3_pattern, .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true},
     {.model_type = "gemma3_text", .rope_theta = 1'000'000.0, .head_dim = 256, .heads = 8, .local_base_freq = true,

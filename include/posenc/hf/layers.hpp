@@ -20,6 +20,8 @@
 //   attention_chunk_size (default 8192); NoPE layers: full attention, with Llama 4's temperature when
 //   attn_temperature_tuning (default true; floor_scale 8192, attn_scale 0.1).
 // - gpt-oss: layer_types (default: alternating, layer 0 sliding), sliding_window, learned sinks.
+// - Gemma-2: as gpt-oss without sinks; sliding_window 4096, query_pre_attn_scalar^−½ (default 256),
+//   attn_logit_softcapping (default 50, null = off), 8 heads / 4 kv heads by default.
 // - Mistral / Mixtral / Ministral / Starcoder2: every layer sliding when sliding_window is set (not
 //   null), else full.
 // - Qwen2 / Qwen2-MoE / Qwen3 / Qwen2-VL / Qwen2.5-VL: layer_types when given; else layers i >=
@@ -110,7 +112,10 @@ struct model_layers {
     } else if (fam.yarn_softmax_scale) {
         scale = inv_sqrt_d * cfg.rope.softmax_scale_multiplier();
     }
-    float softcap = 0.0f;
+    // Absent: the class default (Gemma-2: 50); an explicit null turns it off, as HF's None does.
+    const auto cap = top.object().find("attn_logit_softcapping");
+    const bool cap_null = cap != top.object().end() && cap->is_null();
+    float softcap = cap_null ? 0.0f : static_cast<float>(fam.attn_logit_softcapping);
     if (top.has("attn_logit_softcapping")) {
         const double c = top.number("attn_logit_softcapping");
         if (!(c > 0.0) || c > 1e30) throw config_error(top.name("attn_logit_softcapping"), detail::to_text(c), "must be > 0");
