@@ -57,6 +57,19 @@ TEST_CASE("posenc-inspect --json: Llama 3.1 equals HF's llama3 table, cos/sin at
     }
 }
 
+TEST_CASE("posenc-inspect --json names where max_position_embeddings came from and what HF ignores", "[inspect]") {
+    const auto llama = inspect(config("llama-3.1-8b.json") + " --json");
+    REQUIRE(llama.status == 0);
+    const auto l = json::parse(llama.out);
+    CHECK(l.at("max_position_embeddings") == 131072);
+    CHECK(l.at("max_position_embeddings_source") == "max_position_embeddings");
+    CHECK(l.at("notes").empty());
+    // GPT-J-6B's file has n_positions 2048 and no rope_theta: nothing ignored, the alias named.
+    const auto gptj = json::parse(inspect(config("gpt-j-6b.json") + " --json").out);
+    CHECK(gptj.at("max_position_embeddings_source") == "n_positions");
+    CHECK(gptj.at("notes").empty());
+}
+
 TEST_CASE("posenc-inspect: --seq-len drives dynamic NTK and LongRoPE, --layout overrides", "[inspect]") {
     const auto short_ctx = json::parse(inspect(config("phi-3-mini-128k.json") + " --json --seq-len 4096").out);
     const auto long_ctx = json::parse(inspect(config("phi-3-mini-128k.json") + " --json --seq-len 4097").out);

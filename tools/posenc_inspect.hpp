@@ -234,6 +234,18 @@ inline void print_json_list(std::ostream& os, const std::vector<double>& v, int 
     os << ']';
 }
 
+/// `s` as a JSON string (quotes, backslashes and control characters escaped).
+inline void json_string(std::ostream& os, const std::string& s) {
+    os << '"';
+    for (const char ch : s) {
+        const auto c = static_cast<unsigned char>(ch);
+        if (c == '"' || c == '\\') os << '\\' << ch;
+        else if (c < 0x20) print(os, "\\u%04x", static_cast<unsigned>(c));
+        else os << ch;
+    }
+    os << '"';
+}
+
 inline int run_rope(std::ostream& os, const options& o, const posenc::hf::model_config& cfg) {
     const auto& spec = o.layer_type.empty() ? cfg.rope : cfg.rope_for(o.layer_type);
     const auto layout = o.layout.value_or(spec.layout);
@@ -261,7 +273,12 @@ inline int run_rope(std::ostream& os, const options& o, const posenc::hf::model_
     if (o.json) {
         os << "{\"rope_type\": \"" << spec.rope_type() << "\", \"head_dim\": " << spec.dims.head_dim
            << ", \"rotary_dim\": " << rotary_dim << ", \"layout\": \"" << posenc::to_string(layout)
-           << "\", \"attention_factor\": " << num(freq.attention_factor, 17) << ", \"inv_freq\": ";
+           << "\", \"attention_factor\": " << num(freq.attention_factor, 17)
+           << ", \"max_position_embeddings\": " << cfg.max_position_embeddings << ", \"max_position_embeddings_source\": ";
+        json_string(os, cfg.max_position_embeddings_source);
+        os << ", \"notes\": [";
+        for (std::size_t i = 0; i < cfg.notes.size(); ++i) json_string(os << (i ? ", " : ""), cfg.notes[i]);
+        os << "], \"inv_freq\": ";
         print_json_list(os, freq.inv_freq, 17);
         os << ", \"positions\": [";
         for (std::size_t i = 0; i < positions.size(); ++i) os << (i ? ", " : "") << positions[i];
@@ -285,7 +302,16 @@ inline int run_rope(std::ostream& os, const options& o, const posenc::hf::model_
        << "layout            " << posenc::to_string(layout) << (o.layout ? " (from --layout)" : "") << '\n'
        << "head_dim          " << spec.dims.head_dim << ", rotary_dim " << rotary_dim
        << (rotary_dim < spec.dims.head_dim ? " (partial: the other lanes pass through)" : "") << '\n'
-       << "attention_factor  " << num(freq.attention_factor, 17) << " (cos/sin amplitude)\n\n";
+       << "attention_factor  " << num(freq.attention_factor, 17) << " (cos/sin amplitude)\n"
+       << "max_positions     " << cfg.max_position_embeddings << " ("
+       << (cfg.max_position_embeddings_source.empty() ? "absent" : cfg.max_position_embeddings_source) << ")\n";
+    if (!spec.mrope_section.empty()) {
+        os << "mrope_section     ";
+        for (std::size_t i = 0; i < spec.mrope_section.size(); ++i) os << (i ? "," : "") << spec.mrope_section[i];
+        os << " pairs (t, h, w)" << (spec.mrope_interleaved ? ", interleaved" : "") << '\n';
+    }
+    for (const auto& n : cfg.notes) os << "note              " << n << '\n';
+    os << '\n';
     const auto reg = regimes(spec.schedule, rotary_dim, o.seq_len);
     print(os, "%5s  %-24s  %-16s  %s\n", "pair", "inv_freq", "wavelength", "regime");
     for (std::size_t i = 0; i < pairs; ++i)

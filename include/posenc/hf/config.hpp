@@ -7,13 +7,14 @@
 //   posenc::any_rotary rope = cfg.rope.make_rotary(/*seq_len=*/prompt_length);
 //   rope.apply(q, k, positions);
 //
-// Keys read: rope_theta (GPT-NeoX: rotary_emb_base), head_dim (else hidden_size/num_attention_heads;
-// DeepSeek: qk_rope_head_dim; GPT-J: n_embd/n_head), partial_rotary_factor (GPT-NeoX: rotary_pct,
-// GPT-J: rotary_dim), max_position_embeddings (GPT-J: n_positions), top-level
-// original_max_position_embeddings (Phi-3), rope_scaling (transformers v4) or rope_parameters (v5,
-// also as one dict per layer type), with rope_type (legacy: type) and every key of each type.
+// Keys read: the generic ones (rope_theta, head_dim else hidden_size // num_attention_heads,
+// partial_rotary_factor, max_position_embeddings, top-level original_max_position_embeddings,
+// rope_scaling (transformers v4) or rope_parameters (v5, also as one dict per layer type) with
+// rope_type (legacy: type) and every key of each type), plus each family's aliases and defaults, all
+// in ONE table (detail::families below): GPT-NeoX rotary_emb_base / rotary_pct, GPT-J n_embd / n_head /
+// rotary_dim / n_positions, DeepSeek qk_rope_head_dim, Qwen-VL mrope_section / mrope_interleaved, ….
 // Multimodal configs are read from their text_config. A key that is absent takes the default of the
-// family's HF config class.
+// family's HF config class where the table has one.
 //
 // Strictness: an unknown rope_type, an unknown key inside the rope dict, a missing required key or a
 // value of the wrong type throws config_error naming the key (e.g. "rope_scaling.factor") — nothing
@@ -52,6 +53,10 @@ struct rope_spec {
     rope_dims dims{};
     any_schedule schedule = default_rope{};
     rope_layout layout = rope_layout::half_split;
+    /// M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): pairs per position component (t, h, w), summing to
+    /// rotary_dim / 2; empty for every other model. The schedule stays the default one.
+    std::vector<std::int64_t> mrope_section;
+    bool mrope_interleaved = false;  ///< Qwen3-VL: components cycle t, h, w across pairs
 
     [[nodiscard]] std::string_view rope_type() const { return posenc::rope_type(schedule); }
 
@@ -66,9 +71,25 @@ struct rope_spec {
     }
 };
 
+/// What HF's get_rope_index reads besides the rope dict (Qwen2-VL, Qwen2.5-VL, Qwen3-VL), as plain
+/// data for a position builder. Absent keys take the HF config classes' defaults.
+struct vision_tokens {
+    std::int64_t spatial_merge_size = 2;      ///< vision_config.spatial_merge_size
+    std::optional<double> tokens_per_second;  ///< vision_config.tokens_per_second (Qwen2.5-VL only; default 4)
+    std::int64_t image_token_id = 151655;
+    std::int64_t video_token_id = 151656;
+    std::int64_t vision_start_token_id = 151652;
+};
+
 struct model_config {
     std::string model_type;                    ///< "" when the config names none
-    std::int64_t max_position_embeddings = 0;  ///< 0 when the config has none
+    std::int64_t max_position_embeddings = 0;  ///< 0 when the config has none and its family no default
+    /// Where max_position_embeddings came from: the key as written ("max_position_embeddings",
+    /// "text_config.max_position_embeddings", "n_positions"), "default of <model_type> (N)" when HF's
+    /// config class default was taken, "" when there is none.
+    std::string max_position_embeddings_source;
+    std::vector<std::string> notes;            ///< keys read but ignored because HF ignores them (GPT-J)
+    std::optional<vision_tokens> vision;       ///< Qwen-VL (M-RoPE) configs
     rope_spec rope;                            ///< full-attention layers (all layers of most models)
     std::map<std::string, rope_spec, std::less<>> rope_by_layer_type;  ///< Gemma-3: full/sliding_attention
     std::vector<std::string> layer_types;      ///< per layer, when the config says
@@ -286,46 +307,178 @@ private:
     std::string prefix_;
 };
 
-/// What a family's HF config class assumes when a key is absent.
-struct family {
-    double rope_theta = 10000.0;        ///< HF's default_theta
-    rope_layout layout = rope_layout::half_split;
-    std::int64_t default_head_dim = 0;  ///< 0: hidden_size / num_attention_heads
+/// How a family pairs the rotary lanes (its HF modeling code).
+enum class pairing : std::uint8_t {
+    half_split,       ///< rotate_half: lane i with lane i + d/2
+    interleaved,      ///< rotate_every_two / view_as_complex: lanes 2i and 2i + 1
+    rope_interleave,  ///< DeepSeek: the config's rope_interleave (default true) picks interleaved
+    none,             ///< no RoPE (ALiBi or T5 buckets): read with posenc/hf/encoding.hpp
 };
 
-/// Families whose HF modeling code rotates half-split pairs (rotate_half) or interleaved pairs.
-inline const std::set<std::string, std::less<>>& half_split_families() {
-    static const std::set<std::string, std::less<>> f{
-        "llama",   "mistral",   "mixtral", "ministral", "qwen2",  "qwen2_moe", "qwen3",     "qwen3_moe", "phi",
-        "phi3",    "phimoe",    "gemma",   "gemma2",    "gemma3", "gemma3_text", "gpt_neox", "falcon",   "starcoder2",
-        "olmo",    "olmo2",     "stablelm", "granite",  "granitemoe", "gpt_oss", "nemotron", "smollm3"};
-    return f;
-}
-inline const std::set<std::string, std::less<>>& interleaved_families() {
-    // GPT-J rotate_every_two; Llama-4 view_as_complex; Cohere and GLM rotate x[..., ::2] against x[..., 1::2].
-    static const std::set<std::string, std::less<>> f{"gptj", "llama4", "llama4_text", "cohere", "cohere2", "glm", "glm4"};
-    return f;
+/// How layers are typed when the config has no layer_types (read by hf/layers.hpp).
+enum class layer_rule : std::uint8_t {
+    full,               ///< every layer full attention
+    sliding_if_window,  ///< Mistral: every layer sliding when sliding_window is set (not null)
+    gemma3_pattern,     ///< every sliding_window_pattern-th layer full (default 6), the others sliding
+    llama4_irope,       ///< no_rope_layers / no_rope_layer_interval; RoPE layers chunked
+    alternating,        ///< gpt-oss: layer 0 sliding, then alternating
+    qwen2_window,       ///< layers >= max_window_layers sliding, only when use_sliding_window is true
+};
+
+/// How head_dim follows from hidden_size and the head count when head_dim is absent.
+enum class head_rule : std::uint8_t {
+    floor,    ///< hidden_size // num_attention_heads (HF's getattr fallback in most modeling files)
+    divides,  ///< the config class raises unless the heads divide hidden_size (LlamaConfig v5, GPT-J)
+};
+
+/// Everything posenc knows about one model_type: how it pairs lanes, the keys it reads under another
+/// name, and the defaults of its HF config class (checked against configuration_<model>.py). 0 or an
+/// empty key means "HF's class has none": a config that needs the value must give it.
+struct family {
+    std::string_view model_type;
+    pairing layout = pairing::half_split;
+    double rope_theta = 10000.0;               ///< the class's default rope_theta (default_theta)
+    std::int64_t max_position_embeddings = 0;  ///< the class's default (under positions_key)
+    std::int64_t head_dim = 0;                 ///< the class's default head_dim; 0: from hidden_size / heads
+    head_rule heads_rule = head_rule::floor;
+    std::string_view theta_key = "rope_theta";               ///< GPT-NeoX: rotary_emb_base (rope_theta wins)
+    std::string_view partial_key = "partial_rotary_factor";  ///< GPT-NeoX: rotary_pct
+    double partial_rotary_factor = 1.0;                      ///< its default (GPT-NeoX 0.25)
+    std::string_view rope_head_dim_key = {};                 ///< DeepSeek: qk_rope_head_dim is the rotary head
+    std::int64_t rope_head_dim = 0;                          ///< its default
+    std::string_view hidden_key = "hidden_size";             ///< GPT-J: n_embd
+    std::string_view heads_key = "num_attention_heads";      ///< GPT-J: n_head
+    std::int64_t hidden_size = 0;                            ///< defaults of the two keys above
+    std::int64_t heads = 0;
+    std::string_view rotary_dim_key = {};                    ///< GPT-J: rotary_dim, an absolute width
+    std::int64_t rotary_dim = 0;                             ///< its default
+    std::string_view positions_key = "max_position_embeddings";  ///< GPT-J: n_positions
+    std::int64_t original_max_position_embeddings = 0;       ///< Phi-3: the class's top-level default
+    bool fixed_rope = false;              ///< GPT-J: base 10000 and no scaling, whatever the file says
+    bool legacy_longrope_names = false;   ///< Phi-3: rope_type su / yarn mean longrope
+    bool mrope = false;                   ///< Qwen-VL: mrope_section (and mrope_interleaved) in the rope dict
+    double tokens_per_second = 0;         ///< Qwen2.5-VL: vision_config.tokens_per_second default; 0: not read
+    bool local_base_freq = false;         ///< Gemma-3 (v4 files): sliding layers on rope_local_base_freq
+    std::string_view alibi_key = {};      ///< Falcon: alibi = true means no RoPE
+    // Attention side (hf/layers.hpp).
+    layer_rule layers = layer_rule::full;
+    std::int64_t kv_heads = 0;            ///< default num_key_value_heads; 0: num_attention_heads
+    std::int64_t sliding_window = 0;      ///< default sliding_window; 0: required where a layer slides
+    std::int64_t max_window_layers = 0;   ///< Qwen2: default max_window_layers
+    bool query_pre_attn_scalar = false;   ///< Gemma-3: softmax scale query_pre_attn_scalar^-1/2 (default 256)
+    bool yarn_softmax_scale = false;      ///< DeepSeek: softmax scale × YaRN's softmax_scale_multiplier()
+    bool sinks = false;                   ///< gpt-oss: learned per-head sinks
+};
+
+/// The one table of families. Adding a family is adding an entry. Defaults marked (v5) are those of
+/// transformers' current config classes; entries without a max_position_embeddings default keep the key
+/// required where a schedule needs it (their classes were not checked).
+inline constexpr family families[] = {
+    {.model_type = "llama", .max_position_embeddings = 2048, .heads_rule = head_rule::divides},  // LlamaConfig (v5)
+    {.model_type = "mistral", .max_position_embeddings = 4096 * 32, .layers = layer_rule::sliding_if_window},
+    {.model_type = "mixtral", .layers = layer_rule::sliding_if_window},
+    {.model_type = "ministral", .layers = layer_rule::sliding_if_window},
+    {.model_type = "starcoder2", .layers = layer_rule::sliding_if_window},
+    // Qwen2Config (v5): use_sliding_window false, sliding_window 4096, max_window_layers 28.
+    {.model_type = "qwen2", .max_position_embeddings = 32768, .layers = layer_rule::qwen2_window, .sliding_window = 4096,
+     .max_window_layers = 28},
+    {.model_type = "qwen2_moe", .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 28},
+    // Qwen3Config (v5): head_dim 128, the same window rule as Qwen2.
+    {.model_type = "qwen3", .max_position_embeddings = 32768, .head_dim = 128, .layers = layer_rule::qwen2_window,
+     .sliding_window = 4096, .max_window_layers = 28},
+    {.model_type = "qwen3_moe"},
+    {.model_type = "phi"},
+    // Phi3Config (v5): max_position_embeddings 4096, original_max_position_embeddings 4096.
+    {.model_type = "phi3", .max_position_embeddings = 4096, .original_max_position_embeddings = 4096,
+     .legacy_longrope_names = true},
+    {.model_type = "phimoe", .legacy_longrope_names = true},
+    {.model_type = "gemma"},
+    {.model_type = "gemma2"},
+    {.model_type = "gemma3", .rope_theta = 1'000'000.0, .head_dim = 256, .heads = 8, .local_base_freq = true,
+     .layers = layer_rule::gemma3_pattern, .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true},
+    {.model_type = "gemma3_text", .rope_theta = 1'000'000.0, .head_dim = 256, .heads = 8, .local_base_freq = true,
+     .layers = layer_rule::gemma3_pattern, .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true},
+    {.model_type = "gpt_neox", .theta_key = "rotary_emb_base", .partial_key = "rotary_pct", .partial_rotary_factor = 0.25},
+    {.model_type = "falcon", .alibi_key = "alibi"},
+    {.model_type = "olmo"},
+    {.model_type = "olmo2"},
+    {.model_type = "stablelm"},
+    {.model_type = "granite"},
+    {.model_type = "granitemoe"},
+    {.model_type = "gpt_oss", .layers = layer_rule::alternating, .sinks = true},
+    {.model_type = "nemotron"},
+    {.model_type = "smollm3"},
+    // Qwen2-VL / Qwen2.5-VL (v5 Qwen2VLTextConfig, Qwen2_5_VLTextConfig): rope_theta 1e6,
+    // max_position_embeddings 32768, max_window_layers 80; the outer model_type for legacy flat files.
+    {.model_type = "qwen2_vl", .rope_theta = 1'000'000.0, .max_position_embeddings = 32768, .mrope = true,
+     .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80},
+    {.model_type = "qwen2_vl_text", .rope_theta = 1'000'000.0, .max_position_embeddings = 32768, .mrope = true,
+     .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80},
+    {.model_type = "qwen2_5_vl", .rope_theta = 1'000'000.0, .max_position_embeddings = 32768, .mrope = true,
+     .tokens_per_second = 4, .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80},
+    {.model_type = "qwen2_5_vl_text", .rope_theta = 1'000'000.0, .max_position_embeddings = 32768, .mrope = true,
+     .tokens_per_second = 4, .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80},
+    // Qwen3-VL (v5 Qwen3VLTextConfig): default_theta 500000, max_position_embeddings 128000, head_dim 128.
+    {.model_type = "qwen3_vl", .rope_theta = 500'000.0, .max_position_embeddings = 128000, .head_dim = 128, .mrope = true},
+    {.model_type = "qwen3_vl_text", .rope_theta = 500'000.0, .max_position_embeddings = 128000, .head_dim = 128,
+     .mrope = true},
+    // Interleaved pairs: GPT-J rotate_every_two; Llama-4 view_as_complex; Cohere and GLM x[..., ::2] / x[..., 1::2].
+    // GPT-J (GPTJConfig, modeling_gptj): n_embd 4096, n_head 16 (must divide), rotary_dim 64,
+    // n_positions 2048; create_sinusoidal_positions hard-codes base 10000 and applies no scaling.
+    {.model_type = "gptj", .layout = pairing::interleaved, .max_position_embeddings = 2048, .heads_rule = head_rule::divides,
+     .hidden_key = "n_embd", .heads_key = "n_head", .hidden_size = 4096, .heads = 16, .rotary_dim_key = "rotary_dim",
+     .rotary_dim = 64, .positions_key = "n_positions", .fixed_rope = true},
+    {.model_type = "llama4", .layout = pairing::interleaved, .layers = layer_rule::llama4_irope},
+    {.model_type = "llama4_text", .layout = pairing::interleaved, .layers = layer_rule::llama4_irope},
+    {.model_type = "cohere", .layout = pairing::interleaved},
+    {.model_type = "cohere2", .layout = pairing::interleaved},
+    {.model_type = "glm", .layout = pairing::interleaved},
+    {.model_type = "glm4", .layout = pairing::interleaved},
+    // DeepSeek: interleaved pairs unless rope_interleave is false; the rotary head is qk_rope_head_dim (64).
+    {.model_type = "deepseek_v2", .layout = pairing::rope_interleave, .rope_head_dim_key = "qk_rope_head_dim",
+     .rope_head_dim = 64, .yarn_softmax_scale = true},
+    {.model_type = "deepseek_v3", .layout = pairing::rope_interleave, .rope_head_dim_key = "qk_rope_head_dim",
+     .rope_head_dim = 64, .yarn_softmax_scale = true},
+    // No RoPE: read these with posenc/hf/encoding.hpp.
+    {.model_type = "bloom", .layout = pairing::none},
+    {.model_type = "mpt", .layout = pairing::none},
+    {.model_type = "t5", .layout = pairing::none},
+    {.model_type = "mt5", .layout = pairing::none},
+    {.model_type = "umt5", .layout = pairing::none},
+};
+
+/// The entry of `model_type`, or nullptr for a family posenc does not know.
+inline const family* find_family(std::string_view model_type) {
+    for (const family& f : families)
+        if (f.model_type == model_type) return &f;
+    return nullptr;
 }
 
+/// The entry a config is read with: its family's, or (with an explicit layout) the generic one.
 inline family family_of(const std::string& model_type, const reader& top, std::optional<rope_layout> layout) {
-    family f;
-    if (model_type == "deepseek_v2" || model_type == "deepseek_v3") {
-        // HF's DeepSeek applies rope to interleaved pairs (rope_interleave, default true), as the
-        // original code's q_pe permutation does.
-        f.layout = top.boolean("rope_interleave", true) ? rope_layout::interleaved : rope_layout::half_split;
-    } else if (interleaved_families().contains(model_type)) {
-        f.layout = rope_layout::interleaved;
-    } else if (!half_split_families().contains(model_type) && !layout) {
+    const family* known = find_family(model_type);
+    if (!known && !layout)
         throw config_error(top.name("model_type"), echo_string(model_type),
                            "posenc does not know which lanes this family pairs; pass the layout explicitly "
                            "(parse_config(config, layout), posenc-inspect --layout)");
-    }
-    if (layout) f.layout = *layout;
-    if (model_type == "gemma3_text" || model_type == "gemma3") {
-        f.rope_theta = 1'000'000.0;
-        f.default_head_dim = 256;
-    }
+    family f = known ? *known : family{};
+    if (f.layout == pairing::none || (!f.alibi_key.empty() && top.boolean(f.alibi_key, false)))
+        throw config_error("model_type", echo_string(model_type),
+                           "uses no RoPE (ALiBi or T5 buckets): read it with posenc/hf/encoding.hpp");
     return f;
+}
+
+/// The rotary layout of entry `f` in this config; `layout` overrides it.
+inline rope_layout layout_of(const family& f, const reader& top, std::optional<rope_layout> layout) {
+    if (layout) return *layout;
+    switch (f.layout) {
+        case pairing::interleaved: return rope_layout::interleaved;
+        case pairing::rope_interleave:
+            // HF's DeepSeek applies rope to interleaved pairs (rope_interleave, default true), as the
+            // original code's q_pe permutation does.
+            return top.boolean("rope_interleave", true) ? rope_layout::interleaved : rope_layout::half_split;
+        default: return rope_layout::half_split;
+    }
 }
 
 /// head_dim and the key it was read from (for errors about it).
@@ -334,45 +487,44 @@ struct head_size {
     std::string key;
 };
 
-inline head_size head_dim_of(const std::string& model_type, const reader& top, const family& fam) {
-    if (model_type == "deepseek_v2" || model_type == "deepseek_v3")
-        return {top.integer("qk_rope_head_dim", 1, limits::head_dim, 64), top.name("qk_rope_head_dim")};
-    if (model_type == "gptj") {
-        const std::int64_t heads = top.integer("n_head", 1, limits::heads, 16);
-        const std::int64_t embd = top.integer("n_embd", 1, limits::hidden_size, 4096);
-        if (embd % heads != 0)
-            throw config_error(top.name("n_embd"), to_text(embd), "is not a multiple of n_head = " + to_text(heads));
-        if (embd / heads > limits::head_dim)
-            throw config_error(top.name("n_embd"), to_text(embd),
-                               "gives head_dim " + to_text(embd / heads) + " > " + to_text(limits::head_dim));
-        return {embd / heads, top.name("n_embd")};
+inline head_size head_dim_of(const reader& top, const family& fam) {
+    if (!fam.rope_head_dim_key.empty())
+        return {top.integer(fam.rope_head_dim_key, 1, limits::head_dim, fam.rope_head_dim), top.name(fam.rope_head_dim_key)};
+    // GPT-J has no head_dim key (n_embd / n_head); every other family lets head_dim win.
+    if (fam.rotary_dim_key.empty()) {
+        if (top.has("head_dim")) return {top.integer("head_dim", 1, limits::head_dim), top.name("head_dim")};
+        if (fam.head_dim) return {fam.head_dim, top.name("head_dim")};
     }
-    if (top.has("head_dim")) return {top.integer("head_dim", 1, limits::head_dim), top.name("head_dim")};
-    if (fam.default_head_dim) return {fam.default_head_dim, top.name("head_dim")};
-    const std::int64_t hidden = top.integer("hidden_size", 1, limits::hidden_size);
-    const std::int64_t heads = top.integer("num_attention_heads", 1, limits::heads);
-    if (hidden % heads != 0)
-        throw config_error(top.name("hidden_size"), to_text(hidden),
-                           "is not a multiple of num_attention_heads = " + to_text(heads));
+    const std::int64_t hidden = fam.hidden_size ? top.integer(fam.hidden_key, 1, limits::hidden_size, fam.hidden_size)
+                                                : top.integer(fam.hidden_key, 1, limits::hidden_size);
+    const std::int64_t heads = fam.heads ? top.integer(fam.heads_key, 1, limits::heads, fam.heads)
+                                         : top.integer(fam.heads_key, 1, limits::heads);
+    if (fam.heads_rule == head_rule::divides && hidden % heads != 0)
+        throw config_error(top.name(fam.hidden_key), to_text(hidden),
+                           "is not a multiple of " + std::string(fam.heads_key) + " = " + to_text(heads));
+    // HF floors (hidden_size // num_attention_heads); a head count above hidden_size leaves no lanes.
+    if (hidden / heads < 1)
+        throw config_error(top.name(fam.hidden_key), to_text(hidden),
+                           "gives head_dim 0 (" + std::string(fam.heads_key) + " = " + to_text(heads) + ")");
     if (hidden / heads > limits::head_dim)
-        throw config_error(top.name("hidden_size"), to_text(hidden),
+        throw config_error(top.name(fam.hidden_key), to_text(hidden),
                            "gives head_dim " + to_text(hidden / heads) + " > " + to_text(limits::head_dim));
-    return {hidden / heads, top.name("hidden_size")};
+    return {hidden / heads, top.name(fam.hidden_key)};
 }
 
 /// The context the rope dict is read in: everything outside it that its schedule may need, and the
 /// key each value was read from, so that an error names the key as written in the file.
 struct rope_context {
-    std::string model_type;
+    family fam;
     std::int64_t head_dim = 0;
     std::string head_dim_key = "head_dim";
     double rope_theta = 10000.0;                  ///< top-level (or family default)
     std::string rope_theta_key = "rope_theta";    ///< where rope_theta came from, for errors
     double partial_rotary_factor = 1.0;           ///< top-level (or family rule)
     std::string partial_key = "partial_rotary_factor";  ///< GPT-NeoX: rotary_pct
-    std::int64_t max_position_embeddings = 0;     ///< 0 when absent
+    std::int64_t max_position_embeddings = 0;     ///< 0 when absent and the family has no default
     std::string max_positions_key = "max_position_embeddings";
-    std::optional<std::int64_t> top_level_original;  ///< Phi-3's top-level original_max_position_embeddings
+    std::optional<std::int64_t> top_level_original;  ///< top-level original_max_position_embeddings
     std::string top_level_original_key = "original_max_position_embeddings";
     rope_layout layout = rope_layout::half_split;
     std::int64_t gptj_rotary_dim = 0;             ///< GPT-J's rotary_dim, when set
@@ -385,6 +537,37 @@ inline std::int64_t require_max_positions(const rope_context& ctx, const std::st
     return ctx.max_position_embeddings;
 }
 
+/// Qwen-VL's M-RoPE split (HF: the "default" inv_freq, with the pairs split into sections that take
+/// their angle from the t, h and w position components): mrope_section [t, h, w] must be three
+/// integers >= 0 summing to rotary_dim / 2; mrope_interleaved (Qwen3-VL) cycles t, h, w across pairs.
+inline void read_mrope(const reader& r, rope_spec& spec) {
+    if (!r.has("mrope_section")) {
+        if (r.has("mrope_interleaved"))
+            throw config_error(r.name("mrope_interleaved"), describe(r.at("mrope_interleaved")), "needs mrope_section");
+        return;
+    }
+    const std::string key = r.name("mrope_section");
+    const json& v = r.at("mrope_section");
+    if (!v.is_array() || v.size() != 3)
+        throw config_error(key, describe(v), "must be a list of 3 integers (t, h, w pairs)");
+    std::vector<std::int64_t> section;
+    std::int64_t sum = 0;
+    for (const json& x : v) {
+        const bool integral = x.is_number_integer() || x.is_number_unsigned() ||
+                              (x.is_number_float() && std::trunc(x.get<double>()) == x.get<double>());
+        if (!integral || !(x.get<double>() >= 0.0) || x.get<double>() > static_cast<double>(limits::head_dim))
+            throw config_error(key, describe(v), "must hold integers in [0, " + to_text(limits::head_dim) + "]");
+        section.push_back(static_cast<std::int64_t>(x.get<double>()));
+        sum += section.back();
+    }
+    const auto pairs = static_cast<std::int64_t>(spec.dims.rotary() / 2);
+    if (sum != pairs)
+        throw config_error(key, describe(v),
+                           "must sum to rotary_dim / 2 = " + to_text(pairs) + " (sums to " + to_text(sum) + ")");
+    spec.mrope_section = std::move(section);
+    spec.mrope_interleaved = r.boolean("mrope_interleaved", false);
+}
+
 inline rope_spec read_rope(const json& dict, const std::string& prefix, const rope_context& ctx) {
     const reader r(dict, prefix);
     if (!dict.is_object()) throw config_error(prefix, describe(dict), "must be an object");
@@ -392,8 +575,9 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
     std::string type = r.string("rope_type", r.string("type", "default"));
     if (r.has("type") && r.has("rope_type") && r.string("type", "") != type)
         throw config_error(r.name("type"), describe(r.at("type")), "disagrees with rope_type " + echo_string(type));
-    if ((ctx.model_type == "phi3" || ctx.model_type == "phimoe") && (type == "su" || type == "yarn"))
+    if (ctx.fam.legacy_longrope_names && (type == "su" || type == "yarn"))
         type = "longrope";  // HF's Phi3Config renames these legacy names
+    if (ctx.fam.mrope && type == "mrope") type = "default";  // HF's Qwen2-VL configs rename it
 
     const double base = r.number("rope_theta", ctx.rope_theta);
     const double partial = r.number("partial_rotary_factor", ctx.partial_rotary_factor);
@@ -442,10 +626,14 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
     };
 
     if (type == "default") {
-        allow({"factor"});
+        if (ctx.fam.mrope)
+            allow({"factor", "mrope_section", "mrope_interleaved"});
+        else
+            allow({"factor"});
         if (r.has("factor") && r.number("factor") != 1.0)
             throw config_error(r.name("factor"), describe(r.at("factor")), "a default rope applies no factor; did you mean linear?");
         spec.schedule = default_rope{.base = base};
+        read_mrope(r, spec);
     } else if (type == "linear") {
         allow({"factor"});
         spec.schedule = linear{.base = base, .factor = r.number("factor")};
@@ -503,6 +691,31 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
     return spec;
 }
 
+/// vision_tokens of a Qwen-VL config: the token ids at the top level (else in text_config), the
+/// vision settings in the top-level vision_config.
+inline vision_tokens read_vision_tokens(const reader& outer, const reader& text, const family& fam) {
+    vision_tokens v;
+    auto id = [&](const char* k, std::int64_t fallback) {
+        constexpr std::int64_t max_id = std::int64_t{1} << 31;
+        if (outer.has(k)) return outer.integer(k, 0, max_id);
+        return text.integer(k, 0, max_id, fallback);
+    };
+    v.image_token_id = id("image_token_id", v.image_token_id);
+    v.video_token_id = id("video_token_id", v.video_token_id);
+    v.vision_start_token_id = id("vision_start_token_id", v.vision_start_token_id);
+    static const json empty = json::object();
+    const json& vc = outer.has("vision_config") ? outer.at("vision_config") : empty;
+    if (!vc.is_object()) throw config_error("vision_config", describe(vc), "must be an object");
+    const reader vision(vc, "vision_config");
+    v.spatial_merge_size = vision.integer("spatial_merge_size", 1, limits::head_dim, v.spatial_merge_size);
+    if (fam.tokens_per_second > 0) {
+        const double t = vision.number("tokens_per_second", fam.tokens_per_second);
+        if (!(t > 0.0)) throw config_error(vision.name("tokens_per_second"), to_text(t), "must be > 0");
+        v.tokens_per_second = t;
+    }
+    return v;
+}
+
 inline bool is_per_layer_type(const json& dict) {
     if (!dict.is_object() || dict.empty()) return false;
     for (const auto& [k, v] : dict.items())
@@ -522,43 +735,49 @@ inline bool is_per_layer_type(const json& dict) {
                                      ? config["text_config"]
                                      : config;
     const reader top(text, &text == &config ? "" : "text_config");
+    const reader outer(config, "");
     model_config out;
-    out.model_type = top.string("model_type", reader(config, "").string("model_type", ""));
-    const bool falcon_alibi = out.model_type == "falcon" && top.boolean("alibi", false);
-    if (out.model_type == "bloom" || out.model_type == "mpt" || out.model_type == "t5" || out.model_type == "mt5" ||
-        out.model_type == "umt5" || falcon_alibi)
-        throw config_error("model_type", detail::echo_string(out.model_type),
-                           "uses no RoPE (ALiBi or T5 buckets): read it with posenc/hf/encoding.hpp");
-    const auto fam = detail::family_of(out.model_type, top, layout);
+    out.model_type = top.string("model_type", outer.string("model_type", ""));
+    const detail::family fam = detail::family_of(out.model_type, top, layout);
 
     detail::rope_context ctx;
-    ctx.model_type = out.model_type;
-    ctx.layout = fam.layout;
-    const auto head = detail::head_dim_of(out.model_type, top, fam);
+    ctx.fam = fam;
+    ctx.layout = detail::layout_of(fam, top, layout);
+    const auto head = detail::head_dim_of(top, fam);
     ctx.head_dim = head.value;
     ctx.head_dim_key = head.key;
-    const bool neox_base = out.model_type == "gpt_neox" && !top.has("rope_theta");
-    ctx.rope_theta_key = top.name(neox_base ? "rotary_emb_base" : "rope_theta");
-    ctx.rope_theta = top.number(neox_base ? "rotary_emb_base" : "rope_theta", fam.rope_theta);
-    if (out.model_type == "gpt_neox") {
-        ctx.partial_rotary_factor = top.number("rotary_pct", 0.25);
-        ctx.partial_key = top.name("rotary_pct");
-    } else {
-        ctx.partial_rotary_factor = top.number("partial_rotary_factor", 1.0);
-        ctx.partial_key = top.name("partial_rotary_factor");
+    // A family's alias (GPT-NeoX rotary_emb_base, rotary_pct) is read when the generic key is absent.
+    const bool theta_alias = fam.theta_key != "rope_theta" && !top.has("rope_theta");
+    ctx.rope_theta_key = top.name(theta_alias ? fam.theta_key : "rope_theta");
+    ctx.rope_theta = top.number(theta_alias ? fam.theta_key : "rope_theta", fam.rope_theta);
+    ctx.partial_rotary_factor = top.number(fam.partial_key, fam.partial_rotary_factor);
+    ctx.partial_key = top.name(fam.partial_key);
+    if (!fam.rotary_dim_key.empty()) {
+        ctx.gptj_rotary_dim = top.integer(fam.rotary_dim_key, 1, limits::head_dim, fam.rotary_dim);
+        ctx.rotary_dim_key = top.name(fam.rotary_dim_key);
     }
-    if (out.model_type == "gptj") {
-        ctx.gptj_rotary_dim = top.integer("rotary_dim", 1, limits::head_dim, 64);
-        ctx.rotary_dim_key = top.name("rotary_dim");
+    // max_position_embeddings (GPT-J: n_positions, its attribute_map alias); absent: the class default.
+    const std::string_view positions_key =
+        top.has("max_position_embeddings") || fam.positions_key == "max_position_embeddings" ? std::string_view("max_position_embeddings")
+                                                                                             : fam.positions_key;
+    ctx.max_positions_key = top.name(positions_key);
+    if (top.has(positions_key)) {
+        ctx.max_position_embeddings = top.integer(positions_key, 1, limits::positions);
+        out.max_position_embeddings_source = ctx.max_positions_key;
+    } else if (fam.max_position_embeddings) {
+        ctx.max_position_embeddings = fam.max_position_embeddings;
+        out.max_position_embeddings_source =
+            "default of " + std::string(fam.model_type) + " (" + detail::to_text(fam.max_position_embeddings) + ")";
     }
-    const bool gptj_positions = out.model_type == "gptj" && !top.has("max_position_embeddings");
-    ctx.max_positions_key = top.name(gptj_positions ? "n_positions" : "max_position_embeddings");
-    ctx.max_position_embeddings =
-        gptj_positions ? top.integer("n_positions", 1, limits::positions, 2048)
-                       : top.integer("max_position_embeddings", 1, limits::positions, 0);
+    // The top-level original_max_position_embeddings wins over the rope dict's for llama3, yarn and
+    // longrope (HF v5 standardize_rope_params gives the config attribute priority; v4 read it in
+    // longrope only). Phi-3's class always has one (default 4096).
     if (top.has("original_max_position_embeddings")) {
         ctx.top_level_original = top.integer("original_max_position_embeddings", 1, limits::positions);
         ctx.top_level_original_key = top.name("original_max_position_embeddings");
+    } else if (fam.original_max_position_embeddings) {
+        ctx.top_level_original = fam.original_max_position_embeddings;
+        ctx.top_level_original_key = "default of " + std::string(fam.model_type) + " original_max_position_embeddings";
     }
     out.max_position_embeddings = ctx.max_position_embeddings;
 
@@ -567,14 +786,23 @@ inline bool is_per_layer_type(const json& dict) {
     static const nlohmann::json empty = nlohmann::json::object();
     const nlohmann::json& dict = top.has(key) ? top.at(key) : empty;
 
-    if (detail::is_per_layer_type(dict)) {
+    if (fam.fixed_rope) {
+        // GPT-J: HF's modeling code builds its table with base 10000 and no scaling, whatever the
+        // config says; posenc computes the same numbers and says what it ignored.
+        for (const char* k : {"rope_theta", "rope_scaling", "rope_parameters"})
+            if (top.has(k)) out.notes.push_back(top.name(k) + " ignored: HF's " + std::string(fam.model_type) +
+                                                " hard-codes base 10000 and applies no scaling");
+        detail::rope_context fixed = ctx;
+        fixed.rope_theta = 10000.0;
+        out.rope = detail::read_rope(empty, top.name(key), fixed);
+    } else if (detail::is_per_layer_type(dict)) {
         for (const auto& [layer_type, sub] : dict.items())
             out.rope_by_layer_type.emplace(layer_type, detail::read_rope(sub, top.name(key) + "." + layer_type, ctx));
         const auto full = out.rope_by_layer_type.find("full_attention");
         out.rope = full != out.rope_by_layer_type.end() ? full->second : out.rope_by_layer_type.begin()->second;
     } else {
         out.rope = detail::read_rope(dict, top.name(key), ctx);
-        if (out.model_type == "gemma3_text" || out.model_type == "gemma3") {
+        if (fam.local_base_freq) {
             // Gemma-3 (transformers v4): rope_scaling applies to global layers only; sliding-window
             // layers use the default schedule with rope_local_base_freq.
             detail::rope_context local = ctx;
@@ -585,6 +813,7 @@ inline bool is_per_layer_type(const json& dict) {
                                            detail::read_rope(nlohmann::json::object(), top.name("rope_local_base_freq"), local));
         }
     }
+    if (fam.mrope) out.vision = detail::read_vision_tokens(outer, top, fam);
 
     if (top.has("layer_types")) {
         const nlohmann::json& list = top.at("layer_types");
@@ -596,7 +825,7 @@ inline bool is_per_layer_type(const json& dict) {
             if (!t.is_string()) throw config_error(top.name("layer_types"), detail::describe(t), "must be a list of strings");
             out.layer_types.push_back(t.get<std::string>());
         }
-    } else if ((out.model_type == "gemma3_text" || out.model_type == "gemma3") && top.has("num_hidden_layers")) {
+    } else if (fam.layers == detail::layer_rule::gemma3_pattern && top.has("num_hidden_layers")) {
         const std::int64_t pattern = top.integer("sliding_window_pattern", 1, limits::layers, 6);
         const std::int64_t layers = top.integer("num_hidden_layers", 1, limits::layers);
         for (std::int64_t i = 0; i < layers; ++i)

@@ -22,9 +22,12 @@
 // - gpt-oss: layer_types (default: alternating, layer 0 sliding), sliding_window, learned sinks.
 // - Mistral / Mixtral / Ministral / Starcoder2: every layer sliding when sliding_window is set (not
 //   null), else full.
-// - Any other RoPE model: layer_types when given, else every layer full attention (sliding_window is
-//   not read: Qwen2's use_sliding_window / max_window_layers are not modelled yet).
-// DeepSeek (model_type deepseek*): the scale carries YaRN's softmax_scale_multiplier().
+// - Qwen2 / Qwen2-MoE / Qwen3 / Qwen2-VL / Qwen2.5-VL: layer_types when given; else layers i >=
+//   max_window_layers (default 28; 80 for the VL models) slide with sliding_window (default 4096), and
+//   only when use_sliding_window is true (default false), as Qwen2Config derives layer_types.
+// - Any other RoPE model: layer_types when given, else every layer full attention.
+// The per-family rules and defaults are entries of config.hpp's family table.
+// DeepSeek-V2/V3: the scale carries YaRN's softmax_scale_multiplier().
 
 #include <cmath>
 #include <cstdint>
@@ -61,16 +64,6 @@ struct model_layers {
     std::vector<layer_encoding> layers;
 };
 
-namespace detail {
-
-inline bool is_gemma3(const std::string& t) { return t == "gemma3" || t == "gemma3_text"; }
-inline bool is_llama4(const std::string& t) { return t == "llama4" || t == "llama4_text"; }
-inline bool all_sliding_family(const std::string& t) {
-    return t == "mistral" || t == "mixtral" || t == "ministral" || t == "starcoder2";
-}
-
-}  // namespace detail
-
 /// Reads a parsed config.json into one encoding per layer; `layout` as for parse_config.
 [[nodiscard]] inline model_layers parse_layers(const nlohmann::json& config, std::optional<rope_layout> layout = std::nullopt) {
     using detail::reader;
@@ -79,13 +72,18 @@ inline bool all_sliding_family(const std::string& t) {
         config.contains("text_config") && config["text_config"].is_object() ? config["text_config"] : config;
     const reader top(text, &text == &config ? "" : "text_config");
     const std::string& type = cfg.model_type;
-    const bool gemma = detail::is_gemma3(type), llama4 = detail::is_llama4(type), gpt_oss = type == "gpt_oss";
+    // The family's rules (config.hpp's table); a family posenc does not know, read with an explicit
+    // layout, follows the generic rules.
+    const detail::family* known = detail::find_family(type);
+    const detail::family fam = known ? *known : detail::family{};
+    using detail::layer_rule;
+    const bool llama4 = fam.layers == layer_rule::llama4_irope;
 
     model_layers out;
     out.model_type = type;
-    out.heads = static_cast<std::size_t>(gemma ? top.integer("num_attention_heads", 1, limits::heads, 8)
-                                               : top.integer("num_attention_heads", 1, limits::heads));
-    const std::int64_t kv_default = gemma ? 4 : static_cast<std::int64_t>(out.heads);
+    out.heads = static_cast<std::size_t>(fam.heads ? top.integer("num_attention_heads", 1, limits::heads, fam.heads)
+                                                   : top.integer("num_attention_heads", 1, limits::heads));
+    const std::int64_t kv_default = fam.kv_heads ? fam.kv_heads : static_cast<std::int64_t>(out.heads);
     out.kv_heads = static_cast<std::size_t>(top.integer("num_key_value_heads", 1, limits::heads, kv_default));
     if (out.heads % out.kv_heads != 0)
         throw config_error(top.name("num_key_value_heads"), detail::to_text(out.kv_heads),
@@ -105,11 +103,11 @@ inline bool all_sliding_family(const std::string& t) {
 
     const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(out.head_dim));
     double scale = inv_sqrt_d;
-    if (gemma) {
+    if (fam.query_pre_attn_scalar) {
         const double s = top.number("query_pre_attn_scalar", 256.0);
         if (!(s > 0.0)) throw config_error(top.name("query_pre_attn_scalar"), detail::to_text(s), "must be > 0");
         scale = 1.0 / std::sqrt(s);
-    } else if (type.rfind("deepseek", 0) == 0) {
+    } else if (fam.yarn_softmax_scale) {
         scale = inv_sqrt_d * cfg.rope.softmax_scale_multiplier();
     }
     float softcap = 0.0f;
@@ -118,11 +116,21 @@ inline bool all_sliding_family(const std::string& t) {
         if (!(c > 0.0) || c > 1e30) throw config_error(top.name("attn_logit_softcapping"), detail::to_text(c), "must be > 0");
         softcap = static_cast<float>(c);
     }
-    // Gemma-3 defaults sliding_window to 4096; elsewhere a sliding layer needs it.
+    // Gemma-3 and Qwen2 default sliding_window to 4096; elsewhere a sliding layer needs it.
     auto window = [&] {
-        return gemma ? top.integer("sliding_window", 1, limits::positions, 4096)
-                     : top.integer("sliding_window", 1, limits::positions);
+        return fam.sliding_window ? top.integer("sliding_window", 1, limits::positions, fam.sliding_window)
+                                  : top.integer("sliding_window", 1, limits::positions);
     };
+    // Qwen2 (Qwen2Config.__post_init__): sliding_window is dropped unless use_sliding_window; then
+    // layers i >= max_window_layers slide. An explicit null window means none, like HF's None.
+    bool qwen2_sliding = false;
+    std::int64_t max_window_layers = 0;
+    if (fam.layers == layer_rule::qwen2_window && cfg.layer_types.empty()) {
+        const auto w = top.object().find("sliding_window");
+        const bool null_window = w != top.object().end() && w->is_null();
+        qwen2_sliding = top.boolean("use_sliding_window", false) && !null_window;
+        max_window_layers = top.integer("max_window_layers", 0, limits::layers, fam.max_window_layers);
+    }
 
     out.layers.reserve(static_cast<std::size_t>(n));
     if (llama4) {
@@ -171,12 +179,14 @@ inline bool all_sliding_family(const std::string& t) {
         layer_encoding l;
         l.scale = scale;
         l.softcap = softcap;
-        l.sinks = gpt_oss;
+        l.sinks = fam.sinks;
         if (!cfg.layer_types.empty())
             l.layer_type = cfg.layer_types[static_cast<std::size_t>(i)];
-        else if (gpt_oss)
+        else if (fam.layers == layer_rule::alternating)
             l.layer_type = (i + 1) % 2 ? "sliding_attention" : "full_attention";
-        else if (detail::all_sliding_family(type) && top.has("sliding_window"))
+        else if (fam.layers == layer_rule::sliding_if_window && top.has("sliding_window"))
+            l.layer_type = "sliding_attention";
+        else if (qwen2_sliding && i >= max_window_layers)
             l.layer_type = "sliding_attention";
         else
             l.layer_type = "full_attention";

@@ -29,6 +29,9 @@ struct dynamic_ntk {
     /// The base used at sequence length `seq_len` (0 = unknown, treated as L₀).
     [[nodiscard]] double effective_base(std::size_t rotary_dim, std::int64_t seq_len) const {
         validate();
+        // The exponent d/(d−2) needs d > 2 at every length, not only above L₀: HF evaluates it at
+        // init (seq_len = max_position_embeddings) and fails for d = 2 whatever the length.
+        detail::require(rotary_dim > 2, "rotary_dim", rotary_dim, "NTK scaling needs rotary_dim > 2 (exponent d/(d-2))");
         if (seq_len <= original_max_position) return base;
         const double ratio = factor * static_cast<double>(seq_len) / static_cast<double>(original_max_position);
         return detail::ntk_base(base, ratio - (factor - 1.0), rotary_dim, "seq_len",

@@ -3,6 +3,7 @@
 // pairs with λ < L₀/high_freq_factor keep their frequency, pairs with λ > L₀/low_freq_factor are
 // divided by `factor`, and the band between is blended with s = (L₀/λ − low)/(high − low):
 //     θ' = (1 − s)·θ/factor + s·θ.
+// low == high (Llama-4 Scout: 1, 1) leaves no band: every pair is kept or divided.
 
 #include "posenc/rope/frequencies.hpp"
 
@@ -21,8 +22,10 @@ struct llama3 {
         detail::require_base(base);
         detail::require_factor(factor);
         detail::require_factor(low_freq_factor, "low_freq_factor");
-        detail::require(std::isfinite(high_freq_factor) && high_freq_factor > low_freq_factor, "high_freq_factor",
-                        high_freq_factor, "must be > low_freq_factor = " + detail::to_text(low_freq_factor));
+        // Equal factors are Llama-4 Scout's (1, 1): the blended band is empty. HF only warns even for
+        // high < low; posenc rejects that, where the band would be inverted.
+        detail::require(std::isfinite(high_freq_factor) && high_freq_factor >= low_freq_factor, "high_freq_factor",
+                        high_freq_factor, "must be >= low_freq_factor = " + detail::to_text(low_freq_factor));
         detail::require_length(original_max_position, "original_max_position");
     }
 
@@ -41,6 +44,8 @@ struct llama3 {
                 w[i] = 0.0;
             else if (wavelen > low_freq_wavelen)
                 w[i] = 1.0;
+            else if (high_freq_factor == low_freq_factor)
+                w[i] = 0.0;  // λ exactly on the empty band's edge: HF's first step keeps θ (its blend is 0/0)
             else
                 w[i] = 1.0 - (L0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
         }

@@ -38,8 +38,10 @@ struct yarn {
         detail::require_factor(factor);
         detail::require_length(original_max_position, "original_max_position");
         detail::require(std::isfinite(beta_slow) && beta_slow > 0.0, "beta_slow", beta_slow, "must be finite and > 0");
-        detail::require(std::isfinite(beta_fast) && beta_fast > beta_slow, "beta_fast", beta_fast,
-                        "must be > beta_slow = " + detail::to_text(beta_slow));
+        // beta_fast == beta_slow is accepted as HF does (the ramp then has width 0 or 1, and HF's
+        // +0.001 keeps it finite); HF only warns for beta_fast < beta_slow, posenc rejects it.
+        detail::require(std::isfinite(beta_fast) && beta_fast >= beta_slow, "beta_fast", beta_fast,
+                        "must be >= beta_slow = " + detail::to_text(beta_slow));
         if (attention_factor)
             detail::require_amplitude(*attention_factor, "attention_factor");
         if (mscale) detail::require(std::isfinite(*mscale), "mscale", *mscale, "must be finite");
