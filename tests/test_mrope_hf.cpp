@@ -3,6 +3,7 @@
 // HF's sectioned split or Qwen3-VL's interleave assigns it).
 #include <posenc/hf/mrope.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>

@@ -120,6 +120,13 @@ TEST_CASE("M-RoPE positions: invalid segments name the field", "[mrope][position
                         "prompt[0].tokens", "-1");
     expect_config_error([] { (void)posenc::build_mrope_positions(std::vector{prompt_segment::video(1, 2, 2, -1.0)}, {}); },
                         "prompt[0].second_per_grid");
+    // Qwen2.5-VL temporal ids of 2^31 or more (2 · 1e6 s · 2000 per second): rejected, never overflowed.
+    expect_config_error(
+        [] {
+            (void)posenc::build_mrope_positions(std::vector{prompt_segment::video(3, 2, 2, 1e6)},
+                                                {.model = posenc::mrope_model::qwen2_5_vl, .tokens_per_second = 2000});
+        },
+        "prompt[0].second_per_grid");
     expect_config_error([] { (void)posenc::build_mrope_positions(std::vector{prompt_segment::text(1)}, {.spatial_merge_size = 0}); },
                         "spatial_merge_size", "0");
 }

@@ -144,6 +144,12 @@ struct mrope_builder {
                             "must be a positive multiple of spatial_merge_size = " + detail::to_text(s));
             detail::require(std::isfinite(g.second_per_grid) && g.second_per_grid >= 0 && g.second_per_grid <= 1e6,
                             at + "second_per_grid", g.second_per_grid, "must be finite and in [0, 1e6]");
+            // Bounded so that no id can overflow: τ < 2^31 per video, fewer than 2^28 blocks.
+            const double tau_max = static_cast<double>(g.t - 1) * g.second_per_grid * opt.tokens_per_second;
+            detail::require(opt.model != mrope_model::qwen2_5_vl || g.type != prompt_segment::kind::video ||
+                                tau_max < 2147483648.0,
+                            at + "second_per_grid", g.second_per_grid,
+                            "gives temporal ids of 2^31 or more (with t and tokens_per_second)");
             const std::int64_t frame = (g.h / s) * (g.w / s);  // both ≤ 2^28, so no overflow
             detail::require(frame <= detail::max_prompt_tokens / g.t, at + "grid", frame,
                             "tokens × frames must be at most 2^28");
