@@ -29,6 +29,9 @@
 //   rope/S1-qknorm/<layout>     fused per-head RMSNorm + RoPE in place (limit as S1)
 //   rope/S1-qknorm-2pass/<layout>  the same as two passes (norm pass: the kernel at position 0, then RoPE)
 //   threads/spawn-join          starting and joining one std::thread (what set_threads costs per call without OpenMP)
+//   rope/S1-mrope/half_split    S1 with Qwen2-VL's M-RoPE over a text + 32×32 image + text prompt, rows
+//                               gathered from a table per token (/on-the-fly: built from the components);
+//                               rope/S1-mrope-interleaved/... the same with Qwen3-VL's interleave; limit as S1
 //   rope/S1/<layout>/executor:spawn2, executor:pool2   S1 split in 2 on a caller's executor: a std::thread per
 //                               slice per call, or a persistent pool
 //
@@ -53,6 +56,8 @@
 
 #include <posenc/attention/attention.hpp>
 #include <posenc/attention/kv_cache.hpp>
+#include <posenc/rope/mrope.hpp>
+#include <posenc/rope/mrope_positions.hpp>
 
 #include "attention_limit.hpp"
 #include "limit.hpp"
@@ -412,6 +417,32 @@ void rope_s1_executor(benchmark::State& state, bool persistent) {
     paired_loop(state, b, 2, [&] { rope.apply(table, q, k, pos); });
 }
 
+// ---- M-RoPE ----------------------------------------------------------------------------------
+// S1's shapes with Qwen2-VL's M-RoPE (sections [16, 24, 24], base 1e6) over the (t, h, w) ids of 512
+// text tokens, one image of 32 × 32 merged tokens (64 × 64 patches, merge 2) and 512 text tokens.
+// `table`: rows gathered from a cached table per token; else built per token from its components.
+void rope_s1_mrope(benchmark::State& state, bool interleaved, bool table_rows) {
+    auto& b = s1_buffers();
+    const std::vector<posenc::prompt_segment> prompt = {posenc::prompt_segment::text(512),
+                                                        posenc::prompt_segment::image(1, 64, 64),
+                                                        posenc::prompt_segment::text(512)};
+    const auto pos = posenc::build_mrope_positions(prompt, {.model = posenc::mrope_model::qwen2_vl});
+    if (pos.size() != S1_tokens) {
+        state.SkipWithError("S1-mrope: the prompt does not have S1's 2048 tokens");
+        return;
+    }
+    const posenc::mrope m = interleaved ? posenc::mrope{.section = {24, 20, 20}, .interleaved = true}
+                                        : posenc::mrope{.section = {16, 24, 24}};
+    posenc::mrope_rotary<posenc::half_split> rope({.head_dim = S1_head_dim}, posenc::default_rope{.base = 1e6}, m);
+    const auto table = rope.table(pos.next_position);
+    auto q = view(b.q, S1_tokens, S1_q_heads), k = view(b.k, S1_tokens, S1_kv_heads);
+    const auto ids = pos.ids();
+    if (table_rows)
+        paired_loop(state, b, 1, [&] { rope.apply(table, q, k, ids); });
+    else
+        paired_loop(state, b, 1, [&] { rope.apply(q, k, ids); });
+}
+
 const posenc::yarn s1_yarn{.base = 10000, .factor = 4, .original_max_position = 8192, .beta_fast = 32, .beta_slow = 1};
 
 template <class Layout>
@@ -757,6 +788,16 @@ int main(int argc, char** argv) {
             ->UseRealTime();
     register_layout<posenc::half_split>("half_split");
     register_layout<posenc::interleaved>("interleaved");
+    for (bool interleaved : {false, true})
+        for (bool table_rows : {true, false})
+            benchmark::RegisterBenchmark((std::string(interleaved ? "rope/S1-mrope-interleaved" : "rope/S1-mrope") +
+                                          "/half_split" + (table_rows ? "" : "/on-the-fly"))
+                                             .c_str(),
+                                         [interleaved, table_rows](benchmark::State& st) {
+                                             rope_s1_mrope(st, interleaved, table_rows);
+                                         })
+                ->Unit(benchmark::kMicrosecond)
+                ->UseManualTime();
     benchmark::RegisterBenchmark("table/S4", table_s4)->Unit(benchmark::kMillisecond);
     register_attention();
     benchmark::RegisterBenchmark("threads/spawn-join", spawn_join)->Unit(benchmark::kMicrosecond)->UseRealTime();

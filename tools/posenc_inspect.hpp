@@ -5,6 +5,7 @@
 #include <posenc/hf/encoding.hpp>
 #include <posenc/posenc.hpp>
 
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -35,7 +36,8 @@ inline constexpr const char* usage =
     "  --seq-len N     current sequence length: picks dynamic NTK's base and LongRoPE's factors\n"
     "                  (without it: the default table and the short factors)\n"
     "  --positions     positions whose cos/sin (or sinusoidal rows) to print\n"
-    "                  (RoPE default: 0,1 and max_position_embeddings-1)\n"
+    "                  (RoPE default: 0,1 and max_position_embeddings-1); M-RoPE configs also take\n"
+    "                  t:h:w components per position (one integer p means t = h = w = p)\n"
     "  --layout        override the model family's layout\n"
     "  --layer-type    for configs with per-layer-type RoPE (Gemma-3): full_attention, sliding_attention\n"
     "  --relative-range A:B   T5 relative positions (key - query) to list (default -max_distance:max_distance)\n"
@@ -53,6 +55,10 @@ struct options {
     std::optional<posenc::sinusoidal_form> variant;
     std::int64_t seq_len = 0;
     std::vector<std::int64_t> positions;
+    /// M-RoPE components (t, h, w) of each position: {p, p, p} for a plain p; `split[i]` says whether
+    /// position i was written t:h:w.
+    std::vector<std::array<std::int64_t, 3>> components;
+    std::vector<bool> split;
     std::optional<posenc::rope_layout> layout;
     std::string layer_type;
     bool json = false;
@@ -94,9 +100,30 @@ inline options parse_args(const std::vector<std::string>& args, bool& help) {
         } else if (a == "--positions") {
             std::string_view list = value();
             o.positions.clear();  // the last --positions wins
+            o.components.clear();
+            o.split.clear();
             while (!list.empty()) {
                 const auto comma = list.find(',');
-                o.positions.push_back(parse_int(list.substr(0, comma), "--positions"));
+                const std::string_view item = list.substr(0, comma);
+                if (item.find(':') == std::string_view::npos) {
+                    const std::int64_t p = parse_int(item, "--positions");
+                    o.positions.push_back(p);
+                    o.components.push_back({p, p, p});
+                    o.split.push_back(false);
+                } else {  // t:h:w
+                    std::array<std::int64_t, 3> c{};
+                    std::string_view rest = item;
+                    for (std::size_t k = 0; k < 3; ++k) {
+                        const auto colon = rest.find(':');
+                        if ((k < 2) == (colon == std::string_view::npos))
+                            throw posenc::config_error("--positions", std::string(item), "must be p or t:h:w (three integers)");
+                        c[k] = parse_int(rest.substr(0, colon), "--positions");
+                        rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
+                    }
+                    o.positions.push_back(c[0]);
+                    o.components.push_back(c);
+                    o.split.push_back(true);
+                }
                 list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
             }
         } else if (a == "--layout") {
@@ -152,6 +179,12 @@ inline options parse_args(const std::vector<std::string>& args, bool& help) {
         throw posenc::config_error("--t5", "incomplete", "needs --num-buckets, --max-distance and --bidirectional or --unidirectional");
     if (o.sinusoidal_d && (!o.variant || o.positions.empty()))
         throw posenc::config_error("--sinusoidal", "incomplete", "needs --variant and --positions");
+    for (std::size_t i = 0; i < o.split.size(); ++i)
+        if (o.split[i] && o.config.empty())
+            throw posenc::config_error("--positions", posenc::detail::to_text(o.components[i][0]) + ":" +
+                                                          posenc::detail::to_text(o.components[i][1]) + ":" +
+                                                          posenc::detail::to_text(o.components[i][2]),
+                                       "t:h:w components need an M-RoPE config.json");
     return o;
 }
 
@@ -252,23 +285,42 @@ inline int run_rope(std::ostream& os, const options& o, const posenc::hf::model_
     const std::size_t rotary_dim = spec.dims.rotary();
     const auto freq = posenc::frequencies(spec.schedule, rotary_dim, o.seq_len);
     std::vector<std::int64_t> positions = o.positions;
+    std::vector<std::array<std::int64_t, 3>> components = o.components;
+    std::vector<bool> split = o.split;
     if (positions.empty()) {
         positions = {0, 1};
         if (cfg.max_position_embeddings > 1) positions.push_back(cfg.max_position_embeddings - 1);
+        for (const std::int64_t p : positions) components.push_back({p, p, p});
+        split.assign(positions.size(), false);
     }
+    for (std::size_t i = 0; i < split.size(); ++i)
+        if (split[i] && !spec.is_mrope())
+            throw posenc::config_error("--positions", posenc::detail::to_text(components[i][0]) + ":" +
+                                                          posenc::detail::to_text(components[i][1]) + ":" +
+                                                          posenc::detail::to_text(components[i][2]),
+                                       "t:h:w components need an M-RoPE config (mrope_section)");
     if (positions.size() > tool_limits::values / std::max<std::size_t>(freq.inv_freq.size(), 1))
         throw posenc::config_error("--positions", "list of " + posenc::detail::to_text(positions.size()),
                                    "asks for more than " + posenc::detail::to_text(tool_limits::values) +
                                        " cos/sin values (positions × rotary pairs)");
     // The un-amplified cos/sin posenc uses: angle in double, reduced, rounded once to float.
+    // M-RoPE: pair j takes its angle from component axis[j] (t, h, w) of the position.
     const std::size_t pairs = freq.inv_freq.size();
+    const std::vector<std::uint8_t> axis =
+        spec.is_mrope() ? spec.mrope_params().pair_axes(pairs) : std::vector<std::uint8_t>(pairs, 0);
     std::vector<std::vector<double>> cos_rows, sin_rows;
-    for (const std::int64_t p : positions) {
+    for (const auto& p : components) {
         std::vector<float> c(pairs), s(pairs);
-        posenc::detail::cos_sin_row(freq.inv_freq.data(), pairs, p, 1.0, c.data(), s.data());
+        for (std::size_t j = 0; j < pairs; ++j)
+            posenc::detail::cos_sin_row(&freq.inv_freq[j], 1, p[axis[j]], 1.0, &c[j], &s[j]);
         cos_rows.emplace_back(c.begin(), c.end());
         sin_rows.emplace_back(s.begin(), s.end());
     }
+    auto position_text = [&](std::size_t i) {
+        if (!split[i]) return posenc::detail::to_text(positions[i]);
+        return "[" + posenc::detail::to_text(components[i][0]) + ", " + posenc::detail::to_text(components[i][1]) + ", " +
+               posenc::detail::to_text(components[i][2]) + "]";
+    };
 
     if (o.json) {
         os << "{\"rope_type\": \"" << spec.rope_type() << "\", \"head_dim\": " << spec.dims.head_dim
@@ -281,7 +333,7 @@ inline int run_rope(std::ostream& os, const options& o, const posenc::hf::model_
         os << "], \"inv_freq\": ";
         print_json_list(os, freq.inv_freq, 17);
         os << ", \"positions\": [";
-        for (std::size_t i = 0; i < positions.size(); ++i) os << (i ? ", " : "") << positions[i];
+        for (std::size_t i = 0; i < positions.size(); ++i) os << (i ? ", " : "") << position_text(i);
         os << "], \"cos\": [";
         for (std::size_t i = 0; i < cos_rows.size(); ++i) print_json_list(os << (i ? ", " : ""), cos_rows[i], 9);
         os << "], \"sin\": [";
@@ -318,7 +370,8 @@ inline int run_rope(std::ostream& os, const options& o, const posenc::hf::model_
         print(os, "%5zu  %-24.17g  %-16.6g  %s\n", i, freq.inv_freq[i], posenc::detail::wavelength(freq.inv_freq[i]),
               reg[i].c_str());
     for (std::size_t k = 0; k < positions.size(); ++k) {
-        os << "\nposition " << positions[k] << " (un-amplified cos / sin, first pairs):\n";
+        os << "\nposition " << (split[k] ? position_text(k) + " (t, h, w)" : position_text(k))
+           << " (un-amplified cos / sin, first pairs):\n";
         for (std::size_t i = 0; i < std::min<std::size_t>(pairs, 4); ++i)
             os << "  pair " << i << ": " << num(cos_rows[k][i], 9) << " / " << num(sin_rows[k][i], 9) << '\n';
     }

@@ -45,6 +45,7 @@
 #include "posenc/rope/any_rotary.hpp"
 #include "posenc/rope/any_schedule.hpp"
 #include "posenc/rope/layout.hpp"
+#include "posenc/rope/mrope.hpp"
 
 namespace posenc::hf {
 
@@ -62,6 +63,36 @@ struct rope_spec {
 
     /// A ready rotary; `seq_len` selects dynamic_ntk's base and longrope's factors (0 = not known).
     [[nodiscard]] any_rotary make_rotary(std::int64_t seq_len = 0) const { return {layout, dims, schedule, seq_len}; }
+
+    /// Whether this is an M-RoPE spec (mrope_section given).
+    [[nodiscard]] bool is_mrope() const noexcept { return !mrope_section.empty(); }
+
+    /// M-RoPE's split as posenc::mrope; config_error unless mrope_section has 3 entries.
+    [[nodiscard]] mrope mrope_params() const {
+        if (mrope_section.size() != 3)
+            throw config_error("mrope_section", "list of length " + detail::to_text(mrope_section.size()),
+                               "needs 3 entries (t, h, w) for an M-RoPE rotary");
+        mrope m{.interleaved = mrope_interleaved};
+        for (std::size_t i = 0; i < 3; ++i) {
+            if (mrope_section[i] < 0)
+                throw config_error("mrope_section", detail::to_text(mrope_section[i]), "entries must be >= 0");
+            m.section[i] = static_cast<std::size_t>(mrope_section[i]);
+        }
+        return m;
+    }
+
+    /// A ready M-RoPE rotary (positions (t, h, w) per token; text tokens t = h = w are plain RoPE).
+    /// config_error if this spec has no mrope_section or its layout is not `Layout`.
+    template <rotary_layout Layout = half_split>
+    [[nodiscard]] mrope_rotary<Layout> make_mrope(std::int64_t seq_len = 0) const {
+        constexpr rope_layout want = std::is_same_v<Layout, half_split> ? rope_layout::half_split : rope_layout::interleaved;
+        if (layout != want)
+            throw config_error("layout", std::string(layout == rope_layout::half_split ? "half_split" : "interleaved"),
+                               "differs from the M-RoPE rotary's layout requested");
+        const mrope m = mrope_params();
+        dims.validate();
+        return mrope_rotary<Layout>(dims, posenc::frequencies(schedule, dims.rotary(), seq_len), m);
+    }
 
     /// Multiplier of the softmax scale 1/√d that DeepSeek applies outside the rope code (YaRN's
     /// mscale(s, mscale_all_dim)²); 1 for every other schedule.
