@@ -13,6 +13,7 @@
 #include "support/catch.hpp"
 #include "support/errors.hpp"
 #include "support/reference.hpp"
+#include "support/sanitized.hpp"
 
 using posenc_test::random_floats;
 
@@ -140,6 +141,13 @@ void run_on(const posenc::detail::rotate_job& job) {
     posenc::simd::rotate_functor{}(Arch{}, posenc::detail::to_args<Layout>(job));
 }
 
+/// The YaRN table of one rotary width, built once for every architecture, layout and dtype pair (a
+/// static inside the check_types template below would be one per instantiation: 64 builds of each).
+const posenc::cos_sin_table& types_table(const posenc::rope_frequencies& freq, std::size_t rotary_dim) {
+    static std::map<std::size_t, posenc::cos_sin_table> tables;
+    return tables.try_emplace(rotary_dim, freq, 70001).first->second;
+}
+
 /// Rotates S-typed data into a D-typed destination (out of place) on Arch and compares each lane
 /// with the double reference rounded once to D: |got − ref_D| ≤ 1 ulp of D at the reference, plus the
 /// float32 computation's own error (4 float ulps of the pair's length: cos/sin rows are float).
@@ -150,8 +158,7 @@ void check_types(const case_shape& sh, bool use_table, std::size_t& compared) {
     const std::size_t ts = sh.token_stride ? sh.token_stride : H * hs;
     const auto freq = posenc::yarn{.base = 10000, .factor = 4, .original_max_position = 4096}.frequencies(sh.rotary_dim);
     const std::vector<std::int64_t> pos{0, 1, 4095, 65537, 123, 70000};
-    static std::map<std::size_t, posenc::cos_sin_table> tables;  // one per width (built once: Debug builds are slow)
-    const posenc::cos_sin_table& table = tables.try_emplace(sh.rotary_dim, freq, 70001).first->second;
+    const posenc::cos_sin_table& table = types_table(freq, sh.rotary_dim);  // one per width (Debug builds are slow)
     const auto x_float = random_floats(T * ts + H * hs, 21, 3.0f);
     const auto src = to_storage<S>(x_float);
     std::vector<D> dst(src.size(), D(-77.0f));  // sentinel outside the view
@@ -410,7 +417,11 @@ std::vector<float> token_part(const std::vector<float>& out, std::size_t n, std:
     return r;
 }
 
-const std::vector<std::size_t> call_sizes{1, 2, 3, 5, 8, 16, 31, 32, 33, 64, 100, 257, 1000, 2048, 4096};
+// Under a sanitizer the sizes stop at 1000 (every tail of every vector width and more than 31 re-seed
+// periods of 32 positions: 2048 and 4096 repeat those paths, in the Release run).
+const std::vector<std::size_t> call_sizes = posenc_test::sanitized
+                                                ? std::vector<std::size_t>{1, 2, 3, 5, 8, 16, 31, 32, 33, 64, 100, 257, 1000}
+                                                : std::vector<std::size_t>{1, 2, 3, 5, 8, 16, 31, 32, 33, 64, 100, 257, 1000, 2048, 4096};
 
 /// Every call size, each token of the call equal bit for bit to the same token rotated alone (a
 /// decode call, direct row); consecutive positions from several starts up to 10^6, a table, and a
@@ -443,9 +454,10 @@ std::size_t check_invariance(const posenc::cos_sin_table& table, const posenc::h
         }
     }
     // Every token of a 4096-token prefill reaching position 10^6 (where the recurrence's angle
-    // roundings differ most from the direct row's), each against itself alone.
+    // roundings differ most from the direct row's), each against itself alone; 1024 tokens (32 re-seed
+    // periods) under a sanitizer.
     {
-        const std::size_t n = invariance_setup::max_tokens;
+        const std::size_t n = posenc_test::sanitized ? 1024 : invariance_setup::max_tokens;
         std::vector<std::int64_t> pos(n);
         for (std::size_t t = 0; t < n; ++t) pos[t] = 1'000'000 - static_cast<std::int64_t>(n) + static_cast<std::int64_t>(t);
         const auto whole = rotate_call<Layout, Arch>(0, n, posenc::position_ids::consecutive(pos[0], n), nullptr, norm);

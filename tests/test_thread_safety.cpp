@@ -1,9 +1,12 @@
-// Shared, immutable posenc objects (tables, schedules, rotaries, biases, sinusoidal) used from many
+// Shared, immutable posenc objects (tables, schedules, rotaries, biases, sinusoidal, attention's
+// inputs and encodings, a filled kv_cache read through attention) used from many
 // std::threads at once, each thread with its own buffers: every thread's result must equal a
 // single-thread run bit for bit. The tests are tagged [concurrency]; .ci/run also builds them alone
 // under ThreadSanitizer (posenc-thread-tests), with the std::thread fallback of detail/parallel.hpp.
 // Each test starts its threads together (a latch) so that first uses (xsimd's CPU detection, the
 // dispatchers) race as they would in a server that starts many workers at once.
+#include <posenc/attention/attention.hpp>
+#include <posenc/attention/kv_cache.hpp>
 #include <posenc/posenc.hpp>
 
 #include <cstring>
@@ -208,4 +211,133 @@ TEST_CASE("distinct rotaries set_threads'ed and used on many threads each (neste
         return rope_work(own, table, i);
     });
     CHECK(require_all_equal(got, [&](unsigned i) { return expected[i]; }) == workers);
+}
+
+namespace {
+
+// Attention: Q [AT, AHQ, AD], K/V [AT, AHK, AD], one problem shared by every worker.
+constexpr std::size_t AT = 96, AHQ = 8, AHK = 2, AD = 64;
+
+/// Everything a worker computes with attention over the shared const Q/K/V (its own outputs):
+/// RoPE + causal (1 and 2 threads inside the call), ALiBi + sliding window with softcap and sinks,
+/// T5 + chunked with packed sequence ids, and a table_transform; the worker's seed picks positions.
+std::vector<float> attention_work(const posenc::rotary<posenc::half_split>& rope, const posenc::cos_sin_table& table,
+                                  const posenc::alibi_bias& alibi, const posenc::t5_bias& t5,
+                                  const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                                  const std::vector<float>& sinks, const std::vector<std::int32_t>& seq, unsigned seed) {
+    const posenc::heads_view<const float> Q(std::span<const float>(q), {AT, AHQ, AD}), K(std::span<const float>(k), {AT, AHK, AD}),
+        V(std::span<const float>(v), {AT, AHK, AD});
+    const auto pos = posenc::position_ids::consecutive(10 * seed, AT);
+    std::vector<float> result;
+    auto run = [&](auto&& call) {
+        std::vector<float> out(AT * AHQ * AD, -1.0f);
+        call(posenc::heads_view<float>(std::span<float>(out), {AT, AHQ, AD}));
+        result.insert(result.end(), out.begin(), out.end());
+    };
+    run([&](posenc::heads_view<float> O) {
+        posenc::attention(posenc::attention_encoding{rope}, Q, K, V, O, pos, pos, posenc::causal_mask{}, {.threads = 1 + seed % 2});
+    });
+    run([&](posenc::heads_view<float> O) {
+        posenc::attention(posenc::attention_encoding{posenc::nope{}, alibi}, Q, K, V, O, pos, pos,
+                          posenc::sliding_window_mask{.window = 17 + seed}, {.softcap = 30.0f, .sinks = sinks});
+    });
+    run([&](posenc::heads_view<float> O) {
+        posenc::attention(posenc::attention_encoding{posenc::nope{}, t5, posenc::fixed_scale{0.2}}, Q, K, V, O, pos, pos,
+                          posenc::chunked_mask{.chunk = 32}, {.query_sequence = seq, .key_sequence = seq, .threads = 2});
+    });
+    run([&](posenc::heads_view<float> O) {
+        posenc::attention(posenc::attention_encoding{posenc::table_transform{rope, table}}, Q, K, V, O, pos, pos,
+                          posenc::causal_mask{});
+    });
+    return result;
+}
+
+}  // namespace
+
+TEST_CASE("attention over shared const Q/K/V and shared encodings from many threads gives single-thread results",
+          "[concurrency][attention]") {
+    const posenc::rotary<posenc::half_split> rope({.head_dim = AD}, posenc::llama3{.base = 500000, .factor = 8,
+                                                                                   .original_max_position = 8192});
+    const auto table = rope.table(1024);
+    const posenc::alibi_bias alibi({.heads = AHQ, .order = posenc::bias_order::add_then_scale});
+    const auto t5_table = random_floats(32 * AHQ, 9);
+    const posenc::t5_bias t5({.num_buckets = 32, .max_distance = 128, .bidirectional = true}, AHQ, t5_table);
+    const auto q = random_floats(AT * AHQ * AD, 11), k = random_floats(AT * AHK * AD, 12), v = random_floats(AT * AHK * AD, 13);
+    const auto sinks = random_floats(AHQ, 14);
+    std::vector<std::int32_t> seq(AT);
+    for (std::size_t t = 0; t < AT; ++t) seq[t] = static_cast<std::int32_t>(t / 40);  // three packed sequences
+    auto work = [&](unsigned i) { return attention_work(rope, table, alibi, t5, q, k, v, sinks, seq, i); };
+    std::vector<std::vector<float>> expected;
+    for (unsigned i = 0; i < workers; ++i) expected.push_back(work(i));
+    const auto got = on_threads(work);
+    CHECK(require_all_equal(got, [&](unsigned i) { return expected[i]; }) == workers);
+}
+
+namespace {
+
+constexpr std::size_t CT = 80, CH = 2, CD = 32, CG = 4;
+
+/// A worker's own cache of the shared rotary: prefill in two appends, a context shift, then decode
+/// steps; returns the cache's keys, values, positions and every decode output.
+std::vector<float> own_cache_work(const posenc::rotary<posenc::interleaved>& rope, unsigned seed) {
+    posenc::kv_cache cache(rope, {.kv_heads = CH, .head_dim = CD, .capacity = CT + 8});
+    const auto k = random_floats(CT * CH * CD, 700 + seed), v = random_floats(CT * CH * CD, 800 + seed);
+    const std::size_t first = 50 + seed;
+    cache.append(posenc::heads_view<const float>(k.data(), {first, CH, CD}), posenc::heads_view<const float>(v.data(), {first, CH, CD}),
+                 posenc::position_ids::consecutive(0, first));
+    cache.append(posenc::heads_view<const float>(k.data() + first * CH * CD, {CT - first, CH, CD}),
+                 posenc::heads_view<const float>(v.data() + first * CH * CD, {CT - first, CH, CD}),
+                 posenc::position_ids::consecutive(static_cast<std::int64_t>(first), CT - first));
+    cache.context_shift(4, 40 + seed);
+    std::vector<float> result;
+    for (std::size_t step = 0; step < 3; ++step) {
+        const auto q = random_floats(CH * CG * CD, 900 + seed + step);
+        std::vector<float> out(CH * CG * CD);
+        posenc::attention(posenc::attention_encoding{cache.transform()},
+                          posenc::heads_view<const float>(std::span<const float>(q), {1, CH * CG, CD}), cache,
+                          posenc::heads_view<float>(std::span<float>(out), {1, CH * CG, CD}),
+                          posenc::position_ids::consecutive(cache.next_position(), 1), posenc::causal_mask{});
+        result.insert(result.end(), out.begin(), out.end());
+        const auto kn = random_floats(CH * CD, 950 + seed + step), vn = random_floats(CH * CD, 990 + seed + step);
+        cache.append(posenc::heads_view<const float>(kn.data(), {1, CH, CD}), posenc::heads_view<const float>(vn.data(), {1, CH, CD}),
+                     posenc::position_ids::consecutive(cache.next_position(), 1));
+    }
+    result.insert(result.end(), cache.key_storage().begin(), cache.key_storage().end());
+    result.insert(result.end(), cache.value_storage().begin(), cache.value_storage().end());
+    for (std::int64_t p : cache.position_storage()) result.push_back(static_cast<float>(p));
+    return result;
+}
+
+}  // namespace
+
+TEST_CASE("kv_cache: one filled cache read by many threads at once, and a cache per thread, give single-thread results",
+          "[concurrency][kv_cache]") {
+    posenc::rotary<posenc::interleaved> rope({.head_dim = CD}, posenc::yarn{.base = 10000, .factor = 4, .original_max_position = 64});
+    // Shared: filled once, then only read (attention against a const cache), each worker its own Q and out.
+    posenc::kv_cache shared(rope, {.kv_heads = CH, .head_dim = CD, .capacity = 128});
+    const auto k = random_floats(CT * CH * CD, 21), v = random_floats(CT * CH * CD, 22);
+    shared.append(posenc::heads_view<const float>(std::span<const float>(k), {CT, CH, CD}),
+                  posenc::heads_view<const float>(std::span<const float>(v), {CT, CH, CD}), posenc::position_ids::consecutive(0, CT));
+    const auto& cache = shared;
+    auto read = [&](unsigned i) {
+        const std::size_t tq = 1 + i % 3;  // decode and small chunks (both QKᵀ paths of the kernel)
+        const auto q = random_floats(tq * CH * CG * CD, 30 + i);
+        std::vector<float> out(tq * CH * CG * CD);
+        posenc::attention(posenc::attention_encoding{cache.transform(), posenc::alibi_bias({.heads = CH * CG})},
+                          posenc::heads_view<const float>(std::span<const float>(q), {tq, CH * CG, CD}), cache,
+                          posenc::heads_view<float>(std::span<float>(out), {tq, CH * CG, CD}),
+                          posenc::position_ids::consecutive(static_cast<std::int64_t>(CT) - 2 * i, tq), posenc::causal_mask{},
+                          {.threads = 1 + i % 2});
+        return out;
+    };
+    std::vector<std::vector<float>> expected;
+    for (unsigned i = 0; i < workers; ++i) expected.push_back(read(i));
+    const auto got = on_threads(read);
+    CHECK(require_all_equal(got, [&](unsigned i) { return expected[i]; }) == workers);
+
+    // Per thread: each worker's own cache (append, context_shift, decode) of the one shared rotary.
+    std::vector<std::vector<float>> own_expected;
+    for (unsigned i = 0; i < workers; ++i) own_expected.push_back(own_cache_work(rope, i));
+    const auto own_got = on_threads([&](unsigned i) { return own_cache_work(rope, i); });
+    CHECK(require_all_equal(own_got, [&](unsigned i) { return own_expected[i]; }) == workers);
 }

@@ -10,7 +10,7 @@ build=${1:?usage: run_fuzzers.sh BUILD_DIR [SECONDS] [target...]}
 seconds=${2:-60}
 shift $(( $# >= 2 ? 2 : 1 ))
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_inspect_args fuzz_encodings)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_config fuzz_inspect_args fuzz_encodings fuzz_attention)
 for t in "${targets[@]}"; do
   corpus="$build/fuzz-corpus/$t"
   mkdir -p "$corpus"

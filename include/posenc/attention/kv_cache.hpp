@@ -135,7 +135,10 @@ public:
         const std::size_t from = size_ - n_recent;
         if (n_recent > 0) {
             const std::int64_t target = n_sink > 0 ? pos_[n_sink - 1] + 1 : pos_[0];
-            const std::int64_t delta = target - pos_[from];
+            std::int64_t delta = 0;  // < 0; past -2^63 for positions at both ends of int64
+            if (__builtin_sub_overflow(target, pos_[from], &delta))
+                throw range_error("posenc: kv_cache context_shift moves position " + detail::to_text(pos_[from]) + " to " +
+                                  detail::to_text(target) + ": the offset overflows int64");
             // Rotate first, where the keys are: the only step that can throw, before anything moved.
             if constexpr (!is_identity_transform<Transform>)
                 transform_.shift(view(k_.data(), from, n_recent, shape_.head_dim), delta);

@@ -63,14 +63,18 @@ struct sliding_window_mask {
     static constexpr std::string_view name = "sliding_window";
     std::int64_t window = 0;  ///< W: keys i − W < j ≤ i
 
-    // i − j is formed only when j ≤ i (positions are far inside int64 in any real model).
+    // i − j is formed only when j ≤ i, in uint64, where it is exact for any two int64 positions.
+    [[nodiscard]] static constexpr std::uint64_t distance(std::int64_t i, std::int64_t j) noexcept {
+        return static_cast<std::uint64_t>(i) - static_cast<std::uint64_t>(j);
+    }
     [[nodiscard]] constexpr bool visible(std::int64_t i, std::int64_t j) const noexcept {
-        return j <= i && i - j < window;
+        return j <= i && distance(i, j) < static_cast<std::uint64_t>(window);
     }
     [[nodiscard]] constexpr tile_visibility classify(tile_bounds t) const noexcept {
-        if (t.k_lo > t.q_hi) return tile_visibility::none;             // every key after every query
-        if (t.k_hi < t.q_lo && t.q_lo - t.k_hi >= window) return tile_visibility::none;  // all too old
-        if (t.k_hi <= t.q_lo && t.q_hi - t.k_lo < window) return tile_visibility::all;
+        const auto w = static_cast<std::uint64_t>(window);
+        if (t.k_lo > t.q_hi) return tile_visibility::none;                            // every key after every query
+        if (t.k_hi < t.q_lo && distance(t.q_lo, t.k_hi) >= w) return tile_visibility::none;  // all too old
+        if (t.k_hi <= t.q_lo && distance(t.q_hi, t.k_lo) < w) return tile_visibility::all;
         return tile_visibility::partial;
     }
     void validate() const { detail::require(window > 0, "sliding_window", window, "must be > 0"); }

@@ -20,6 +20,7 @@
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
+#include "posenc/detail/score_row.hpp"
 
 namespace posenc {
 
@@ -49,8 +50,8 @@ public:
 
     /// Row index of the clipped distance j − i.
     [[nodiscard]] std::size_t row(std::int64_t query_pos, std::int64_t key_pos) const noexcept {
-        const std::int64_t r = key_pos >= query_pos ? (key_pos - query_pos > k_ ? k_ : key_pos - query_pos)
-                                                    : (query_pos - key_pos > k_ ? -k_ : key_pos - query_pos);
+        const std::int64_t d = detail::relative_position(key_pos, query_pos);
+        const std::int64_t r = d > k_ ? k_ : (d < -k_ ? -k_ : d);
         return static_cast<std::size_t>(r + k_);
     }
 

@@ -123,7 +123,7 @@ public:
 
     /// The bias of one (head, query, key) triple, in double: −m·(i − j) or −m·|i − j|.
     [[nodiscard]] double bias(std::size_t head, std::int64_t query_pos, std::int64_t key_pos) const {
-        const double rel = static_cast<double>(key_pos - query_pos);  // j − i
+        const double rel = static_cast<double>(detail::relative_position(key_pos, query_pos));  // j − i
         return slope(head) * (params_.form == alibi_form::causal ? rel : -std::abs(rel));
     }
 
@@ -140,7 +140,7 @@ public:
         const std::size_t n = scores.size();
         if (keys.is_consecutive()) {
             // key j is at front + j: rel_j = (front − i) + j, exact in double for |positions| < 2^53.
-            const double rel0 = static_cast<double>(keys.front() - query_pos);
+            const double rel0 = static_cast<double>(detail::relative_position(keys.front(), query_pos));
             if (causal)
                 add_linear(s, n, m, rel0);
             else
@@ -148,7 +148,7 @@ public:
             return;
         }
         for (std::size_t j = 0; j < n; ++j) {
-            const double rel = static_cast<double>(keys[j] - query_pos);
+            const double rel = static_cast<double>(detail::relative_position(keys[j], query_pos));
             s[j] = static_cast<float>(s[j] + m * (causal ? rel : -std::abs(rel)));
         }
     }

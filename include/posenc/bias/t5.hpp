@@ -176,12 +176,12 @@ public:
         float* s = scores.data();
         const std::size_t n = scores.size();
         if (!keys.is_consecutive()) {
-            for (std::size_t j = 0; j < n; ++j) s[j] += lut[index(keys[j] - query_pos)];
+            for (std::size_t j = 0; j < n; ++j) s[j] += lut[index(detail::relative_position(keys[j], query_pos))];
             return;
         }
         // rel_j = rel0 + j; the window covers rel ∈ [−md, md], i.e. j ∈ [−md − rel0, md − rel0].
         const std::int64_t md = buckets_.max_distance;
-        const std::int64_t rel0 = keys.front() - query_pos;
+        const std::int64_t rel0 = detail::relative_position(keys.front(), query_pos);
         const auto count = static_cast<std::int64_t>(n);
         const std::int64_t lo = std::clamp<std::int64_t>(-md - rel0, 0, count);      // first j inside
         const std::int64_t hi = std::clamp<std::int64_t>(md - rel0 + 1, lo, count);  // first j past it
