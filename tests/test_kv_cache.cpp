@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "support/attention_reference.hpp"
@@ -230,6 +231,20 @@ TEST_CASE("kv_cache: NoPE keys are copied, a shift only moves and renumbers", "[
     CHECK(cache.context_shift(0, 3) == 4);  // no sinks: the window moves to the front, positions from 100
     CHECK(cache.positions()[0] == 100);
     CHECK(cache.positions()[2] == 102);
+}
+
+TEST_CASE("kv_cache: a NoPE cache takes any int64 position but the last one", "[kv_cache][errors]") {
+    // NoPE checks no position, so the cache itself must keep next_position() = last + 1 defined.
+    const std::size_t H = 1, D = 4;
+    posenc::kv_cache cache(posenc::nope{}, {.kv_heads = H, .head_dim = D, .capacity = 4});
+    auto k = random_floats(2 * H * D, 5, 1.0f), v = random_floats(2 * H * D, 6, 1.0f);
+    constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+    const std::vector<std::int64_t> ok{top - 2, top - 1}, bad{top};
+    cache.append(hv(k, 2, H, D), hv(v, 2, H, D), ok);
+    CHECK(cache.next_position() == top);
+    expect_config_error([&] { cache.append(hv(k, 1, H, D), hv(v, 1, H, D), bad); }, "positions[0]", "9223372036854775807");
+    CHECK(cache.size() == 2);
+    CHECK(cache.positions()[1] == top - 1);
 }
 
 TEST_CASE("kv_cache: every invalid argument throws and leaves the cache byte-identical", "[kv_cache][errors]") {

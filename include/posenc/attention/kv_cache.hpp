@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -95,7 +96,8 @@ public:
     [[nodiscard]] std::span<const std::int64_t> position_storage() const noexcept { return pos_; }
 
     /// Appends tokens: K [n, kv_heads, head_dim] transformed at `pos` while written, V [n, kv_heads,
-    /// value_dim] copied, the positions recorded. Positions must increase strictly, past the cached ones.
+    /// value_dim] copied, the positions recorded. Positions must increase strictly, past the cached ones,
+    /// and stay below INT64_MAX (next_position() is last + 1).
     void append(heads_view<const float> k, heads_view<const float> v, const position_ids& pos) {
         const std::size_t n = pos.size();
         check_view(k, "k", n, shape_.head_dim);
@@ -111,6 +113,9 @@ public:
                 throw config_error("positions[" + detail::to_text(i) + "]", detail::to_text(p),
                                    "must increase strictly, past the last cached position " +
                                        (size_ ? detail::to_text(pos_[size_ - 1]) : std::string("(none)")));
+            if (p == std::numeric_limits<std::int64_t>::max())
+                throw config_error("positions[" + detail::to_text(i) + "]", detail::to_text(p),
+                                   "must be < 2^63 - 1, so that next_position() exists");
         }
         const heads_view<float> kdst = view(k_.data(), size_, n, shape_.head_dim);
         if constexpr (is_identity_transform<Transform>) {
