@@ -70,7 +70,7 @@ TEST_CASE("Qwen2-VL config: make_mrope, get_rope_index options, text = plain RoP
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("Qwen3-VL config: interleaved M-RoPE, qwen3_vl positions; other configs have no M-RoPE", "[mrope][hf]") {
+TEST_CASE("Qwen3-VL config: interleaved M-RoPE, qwen3_vl positions, other configs have no M-RoPE", "[mrope][hf]") {
     const auto cfg = posenc::hf::load_config(config("qwen3-vl-8b.json"));
     const auto rope = cfg.rope.make_mrope();
     CHECK(rope.params().interleaved);
