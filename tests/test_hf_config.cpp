@@ -339,10 +339,10 @@ TEST_CASE("layout of every family the reader knows", "[hf][layout]") {
     }
     REQUIRE(checked == 26 + 9);
     // DeepSeek follows rope_interleave.
-    const json ds{{"model_type", "deepseek_v3"}, {"qk_rope_head_dim", 64}, {"rope_interleave", false}};
+    const json ds{{"model_type", "deepseek_v3"}, {"qk_rope_head_dim", 64}, {"rope_interleave", false}, {"rope_theta", 10000}};
     CHECK(posenc::hf::parse_config(ds).rope.layout == posenc::rope_layout::half_split);
     // The same family inside a multimodal config's text_config.
-    const json mm{{"model_type", "llava"}, {"text_config", {{"model_type", "cohere"}, {"hidden_size", 4096}, {"num_attention_heads", 32}}}};
+    const json mm{{"model_type", "llava"}, {"text_config", {{"model_type", "cohere"}, {"hidden_size", 4096}, {"num_attention_heads", 32}, {"rope_theta", 10000}}}};
     CHECK(posenc::hf::parse_config(mm).rope.layout == posenc::rope_layout::interleaved);
 }
 

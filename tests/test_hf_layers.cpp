@@ -147,7 +147,7 @@ TEST_CASE("hf layers: invalid per-layer keys throw config_error naming the key",
                         "floor_scale", "-1");
     expect_config_error([&] { (void)posenc::hf::layers_from_string("{" + base + R"(, "attention_chunk_size": 0})"); },
                         "attention_chunk_size", "0");
-    const std::string oss = R"("model_type": "gpt_oss", "num_attention_heads": 8, "head_dim": 64, "num_hidden_layers": 2)";
+    const std::string oss = R"("model_type": "gpt_oss", "num_attention_heads": 8, "head_dim": 64, "num_hidden_layers": 2, "rope_theta": 150000)";
     expect_config_error([&] { (void)posenc::hf::layers_from_string("{" + oss + "}"); }, "sliding_window", "missing");
     expect_config_error([&] { (void)posenc::hf::layers_from_string("{" + oss + R"(, "sliding_window": 128, "layer_types": ["full_attention"]})"); },
                         "layer_types", "1 entries");

@@ -129,7 +129,19 @@ TEST_CASE("Phi-3 without a top-level original_max_position_embeddings takes Phi3
     // factor = 131072 / 4096 = 32; HF: attention_factor = sqrt(1 + ln(factor) / ln(original)).
     const double expected = std::sqrt(1.0 + std::log(32.0) / std::log(4096.0));
     CHECK(std::abs(f.attention_factor - expected) <= 1e-15);
-    CHECK(std::abs(expected - 1.1902380714238083) <= 1e-15);  // the issue's 1.1902 for the 128k model
+    // What the 4096 default changes: the switch from short_factor (1) to long_factor (2) between
+    // seq_len 4096 and 4097. HF longrope: inv_freq = 1 / (ext · base^(2i/d)), head_dim 3072/32 = 96.
+    const auto at_4096 = posenc::frequencies(cfg.rope.schedule, cfg.rope.dims.rotary(), 4096);
+    const auto at_4097 = posenc::frequencies(cfg.rope.schedule, cfg.rope.dims.rotary(), 4097);
+    REQUIRE(at_4096.inv_freq.size() == 48);
+    REQUIRE(at_4097.inv_freq.size() == 48);
+    std::size_t compared = 0;
+    for (std::size_t i = 0; i < 48; ++i, ++compared) {
+        const double theta = std::pow(10000.0, -2.0 * static_cast<double>(i) / 96.0);
+        CHECK(std::abs(at_4096.inv_freq[i] - theta) <= 1e-15 * theta);
+        CHECK(std::abs(at_4097.inv_freq[i] - theta / 2.0) <= 1e-15 * theta);
+    }
+    REQUIRE(compared == 48);
 }
 
 TEST_CASE("the top-level original_max_position_embeddings wins over the rope dict's in any family (HF v5)", "[hf][parity]") {
@@ -177,8 +189,9 @@ TEST_CASE("a missing max_position_embeddings takes the config class's default an
     // A family whose class default posenc has not checked still needs the key.
     json olmo = llama;
     olmo["model_type"] = "olmo";
+    olmo["rope_theta"] = 10000.0;  // (olmo's rope_theta default is unchecked too: required)
     expect_config_error([&] { (void)posenc::hf::parse_config(olmo); }, "max_position_embeddings");
-    CHECK(posenc::hf::parse_config(json{{"model_type", "olmo"}, {"hidden_size", 64}, {"num_attention_heads", 1}})
+    CHECK(posenc::hf::parse_config(json{{"model_type", "olmo"}, {"hidden_size", 64}, {"num_attention_heads", 1}, {"rope_theta", 1e4}})
               .max_position_embeddings_source.empty());
 }
 

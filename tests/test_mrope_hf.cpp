@@ -70,7 +70,7 @@ TEST_CASE("Qwen2-VL config: make_mrope, get_rope_index options, text = plain RoP
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("Qwen3-VL config: interleaved M-RoPE, qwen3_vl positions; other configs have no M-RoPE", "[mrope][hf]") {
+TEST_CASE("Qwen3-VL config: interleaved M-RoPE, qwen3_vl positions, other configs have no M-RoPE", "[mrope][hf]") {
     const auto cfg = posenc::hf::load_config(config("qwen3-vl-8b.json"));
     const auto rope = cfg.rope.make_mrope();
     CHECK(rope.params().interleaved);
@@ -121,6 +121,9 @@ TEST_CASE("posenc-inspect --positions t:h:w on M-RoPE configs", "[mrope][inspect
         REQUIRE(r.status == 0);
         const auto j = json::parse(r.out);
         CHECK(j.at("positions") == json::parse("[5, [7, 3, 4]]"));
+        // The split is in the JSON (the files' mrope_section and mrope_interleaved).
+        CHECK(j.at("mrope_section") == json::parse(qwen3 ? "[24, 20, 20]" : "[16, 24, 24]"));
+        CHECK(j.at("mrope_interleaved") == qwen3);
         const double base = qwen3 ? 5e6 : 1e6;
         for (std::size_t i = 0; i < 64; ++i) {
             const double th = std::pow(base, -2.0 * static_cast<double>(i) / 128.0);

@@ -330,7 +330,13 @@ inline int run_rope(std::ostream& os, const options& o, const posenc::hf::model_
         json_string(os, cfg.max_position_embeddings_source);
         os << ", \"notes\": [";
         for (std::size_t i = 0; i < cfg.notes.size(); ++i) json_string(os << (i ? ", " : ""), cfg.notes[i]);
-        os << "], \"inv_freq\": ";
+        os << "]";
+        if (spec.is_mrope()) {  // M-RoPE: text tokens only are the 1-D rows below
+            os << ", \"mrope_section\": [";
+            for (std::size_t i = 0; i < spec.mrope_section.size(); ++i) os << (i ? ", " : "") << spec.mrope_section[i];
+            os << "], \"mrope_interleaved\": " << (spec.mrope_interleaved ? "true" : "false");
+        }
+        os << ", \"inv_freq\": ";
         print_json_list(os, freq.inv_freq, 17);
         os << ", \"positions\": [";
         for (std::size_t i = 0; i < positions.size(); ++i) os << (i ? ", " : "") << position_text(i);

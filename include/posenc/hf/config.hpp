@@ -55,13 +55,15 @@ struct rope_spec {
     any_schedule schedule = default_rope{};
     rope_layout layout = rope_layout::half_split;
     /// M-RoPE (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): pairs per position component (t, h, w), summing to
-    /// rotary_dim / 2; empty for every other model. The schedule stays the default one.
+    /// rotary_dim / 2; empty for every other model. The schedule is the rope dict's (Qwen3-VL: yarn).
     std::vector<std::int64_t> mrope_section;
     bool mrope_interleaved = false;  ///< Qwen3-VL: components cycle t, h, w across pairs
 
     [[nodiscard]] std::string_view rope_type() const { return posenc::rope_type(schedule); }
 
-    /// A ready rotary; `seq_len` selects dynamic_ntk's base and longrope's factors (0 = not known).
+    /// A ready 1-D rotary; `seq_len` selects dynamic_ntk's base and longrope's factors (0 = not known).
+    /// On an M-RoPE spec (is_mrope()) it is right only for text tokens (t = h = w); image and video
+    /// tokens need make_mrope().
     [[nodiscard]] any_rotary make_rotary(std::int64_t seq_len = 0) const { return {layout, dims, schedule, seq_len}; }
 
     /// Whether this is an M-RoPE spec (mrope_section given).
@@ -379,6 +381,7 @@ struct family {
     std::int64_t rope_head_dim = 0;                          ///< its default
     std::string_view hidden_key = "hidden_size";             ///< GPT-J: n_embd
     std::string_view heads_key = "num_attention_heads";      ///< GPT-J: n_head
+    std::string_view layers_key = "num_hidden_layers";       ///< GPT-J: n_layer (hf/layers.hpp)
     std::int64_t hidden_size = 0;                            ///< defaults of the two keys above
     std::int64_t heads = 0;
     std::string_view rotary_dim_key = {};                    ///< GPT-J: rotary_dim, an absolute width
@@ -400,40 +403,59 @@ struct family {
     bool yarn_softmax_scale = false;      ///< DeepSeek: softmax scale × YaRN's softmax_scale_multiplier()
     bool sinks = false;                   ///< gpt-oss: learned per-head sinks
     double attn_logit_softcapping = 0;    ///< default attn_logit_softcapping (Gemma-2: 50); 0: off
+    /// The entry's defaults were read from its HF config class. An unchecked entry has no trusted
+    /// rope_theta default: a config of it without rope_theta is a config_error, not a silent 10000.
+    bool checked = false;
 };
 
 /// The one table of families. Adding a family is adding an entry. Defaults marked (v5) are those of
 /// transformers' current config classes; entries without a max_position_embeddings default keep the key
 /// required where a schedule needs it (their classes were not checked).
 inline constexpr family families[] = {
-    {.model_type = "llama", .max_position_embeddings = 2048, .heads_rule = head_rule::divides},  // LlamaConfig (v5)
-    {.model_type = "mistral", .max_position_embeddings = 4096 * 32, .layers = layer_rule::sliding_if_window},
-    {.model_type = "mixtral", .layers = layer_rule::sliding_if_window},
+    {.model_type = "llama", .max_position_embeddings = 2048, .heads_rule = head_rule::divides,
+     .checked = true},  // LlamaConfig (v5)
+    // MistralConfig: 8 kv heads, sliding_window 4096, so a file without the key slides every layer
+    // (sliding_window: null does not).
+    {.model_type = "mistral", .max_position_embeddings = 4096 * 32, .layers = layer_rule::sliding_if_window, .kv_heads = 8,
+     .sliding_window = 4096, .checked = true},
+    // MixtralConfig (v5): default_theta 1e6, 8 kv heads, sliding_window None.
+    {.model_type = "mixtral", .rope_theta = 1'000'000.0, .max_position_embeddings = 4096 * 32,
+     .layers = layer_rule::sliding_if_window, .kv_heads = 8, .checked = true},
     {.model_type = "ministral", .layers = layer_rule::sliding_if_window},
     {.model_type = "starcoder2", .layers = layer_rule::sliding_if_window},
     // Qwen2Config (v5): use_sliding_window false, sliding_window 4096, max_window_layers 28.
     {.model_type = "qwen2", .max_position_embeddings = 32768, .layers = layer_rule::qwen2_window, .sliding_window = 4096,
-     .max_window_layers = 28},
+     .max_window_layers = 28, .checked = true},
     {.model_type = "qwen2_moe", .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 28},
     // Qwen3Config (v5): head_dim 128, the same window rule as Qwen2.
     {.model_type = "qwen3", .max_position_embeddings = 32768, .head_dim = 128, .layers = layer_rule::qwen2_window,
-     .sliding_window = 4096, .max_window_layers = 28},
-    {.model_type = "qwen3_moe"},
+     .sliding_window = 4096, .max_window_layers = 28, .checked = true},
+    // Qwen3MoeConfig: 4 kv heads, max_position_embeddings 32768, use_sliding_window / sliding_window 4096 as
+    // Qwen3 (max_window_layers 28 is v4's; v5's class has none).
+    {.model_type = "qwen3_moe", .max_position_embeddings = 32768, .layers = layer_rule::qwen2_window, .kv_heads = 4,
+     .sliding_window = 4096, .max_window_layers = 28, .checked = true},
     {.model_type = "phi"},
     // Phi3Config (v5): max_position_embeddings 4096, original_max_position_embeddings 4096.
     {.model_type = "phi3", .max_position_embeddings = 4096, .original_max_position_embeddings = 4096,
-     .legacy_longrope_names = true},
-    {.model_type = "phimoe", .legacy_longrope_names = true},
-    {.model_type = "gemma"},
+     .legacy_longrope_names = true, .checked = true},
+    // PhimoeConfig: rope_theta 1e6, max_position_embeddings 4096 * 32.
+    {.model_type = "phimoe", .rope_theta = 1'000'000.0, .max_position_embeddings = 4096 * 32,
+     .legacy_longrope_names = true, .checked = true},
+    // GemmaConfig (v5): head_dim 256, max_position_embeddings 8192.
+    {.model_type = "gemma", .max_position_embeddings = 8192, .head_dim = 256, .checked = true},
     // Gemma2Config (v5): head_dim 256, 8 heads / 4 kv heads, layers alternate sliding (4096) / full,
     // query_pre_attn_scalar 256, attn_logit_softcapping 50.
     {.model_type = "gemma2", .max_position_embeddings = 8192, .head_dim = 256, .heads = 8, .layers = layer_rule::alternating,
-     .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true, .attn_logit_softcapping = 50.0},
+     .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true, .attn_logit_softcapping = 50.0, .checked = true},
     {.model_type = "gemma3", .rope_theta = 1'000'000.0, .head_dim = 256, .heads = 8, .local_base_freq = true,
-     .layers = layer_rule::gemma3_pattern, .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true},
+     .layers = layer_rule::gemma3_pattern, .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true,
+     .checked = true},
     {.model_type = "gemma3_text", .rope_theta = 1'000'000.0, .head_dim = 256, .heads = 8, .local_base_freq = true,
-     .layers = layer_rule::gemma3_pattern, .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true},
-    {.model_type = "gpt_neox", .theta_key = "rotary_emb_base", .partial_key = "rotary_pct", .partial_rotary_factor = 0.25},
+     .layers = layer_rule::gemma3_pattern, .kv_heads = 4, .sliding_window = 4096, .query_pre_attn_scalar = true,
+     .checked = true},
+    // GPTNeoXConfig: rotary_emb_base default_theta (10000), rotary_pct 0.25.
+    {.model_type = "gpt_neox", .theta_key = "rotary_emb_base", .partial_key = "rotary_pct", .partial_rotary_factor = 0.25,
+     .checked = true},
     {.model_type = "falcon", .alibi_key = "alibi"},
     {.model_type = "olmo"},
     {.model_type = "olmo2"},
@@ -446,25 +468,34 @@ inline constexpr family families[] = {
     // Qwen2-VL / Qwen2.5-VL (v5 Qwen2VLTextConfig, Qwen2_5_VLTextConfig): rope_theta 1e6,
     // max_position_embeddings 32768, max_window_layers 80; the outer model_type for legacy flat files.
     {.model_type = "qwen2_vl", .rope_theta = 1'000'000.0, .max_position_embeddings = 32768, .mrope = true,
-     .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80},
+     .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80,
+     .checked = true},
     {.model_type = "qwen2_vl_text", .rope_theta = 1'000'000.0, .max_position_embeddings = 32768, .mrope = true,
-     .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80},
+     .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80,
+     .checked = true},
     {.model_type = "qwen2_5_vl", .rope_theta = 1'000'000.0, .max_position_embeddings = 32768, .mrope = true,
-     .tokens_per_second = 4, .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80},
+     .tokens_per_second = 4, .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80,
+     .checked = true},
     {.model_type = "qwen2_5_vl_text", .rope_theta = 1'000'000.0, .max_position_embeddings = 32768, .mrope = true,
-     .tokens_per_second = 4, .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80},
+     .tokens_per_second = 4, .layers = layer_rule::qwen2_window, .sliding_window = 4096, .max_window_layers = 80,
+     .checked = true},
     // Qwen3-VL (v5 Qwen3VLTextConfig): default_theta 500000, max_position_embeddings 128000, head_dim 128.
-    {.model_type = "qwen3_vl", .rope_theta = 500'000.0, .max_position_embeddings = 128000, .head_dim = 128, .mrope = true},
+    // (v4's Qwen3VLTextConfig defaulted rope_theta to 5e6; released files give it.)
+    {.model_type = "qwen3_vl", .rope_theta = 500'000.0, .max_position_embeddings = 128000, .head_dim = 128, .mrope = true,
+     .checked = true},
     {.model_type = "qwen3_vl_text", .rope_theta = 500'000.0, .max_position_embeddings = 128000, .head_dim = 128,
-     .mrope = true},
+     .mrope = true, .checked = true},
     // Interleaved pairs: GPT-J rotate_every_two; Llama-4 view_as_complex; Cohere and GLM x[..., ::2] / x[..., 1::2].
     // GPT-J (GPTJConfig, modeling_gptj): n_embd 4096, n_head 16 (must divide), rotary_dim 64,
     // n_positions 2048; create_sinusoidal_positions hard-codes base 10000 and applies no scaling.
     {.model_type = "gptj", .layout = pairing::interleaved, .max_position_embeddings = 2048, .heads_rule = head_rule::divides,
-     .hidden_key = "n_embd", .heads_key = "n_head", .hidden_size = 4096, .heads = 16, .rotary_dim_key = "rotary_dim",
-     .rotary_dim = 64, .positions_key = "n_positions", .fixed_rope = true},
-    {.model_type = "llama4", .layout = pairing::interleaved, .layers = layer_rule::llama4_irope},
-    {.model_type = "llama4_text", .layout = pairing::interleaved, .layers = layer_rule::llama4_irope},
+     .hidden_key = "n_embd", .heads_key = "n_head", .layers_key = "n_layer", .hidden_size = 4096, .heads = 16, .rotary_dim_key = "rotary_dim",
+     .rotary_dim = 64, .positions_key = "n_positions", .fixed_rope = true, .checked = true},
+    // Llama4TextConfig (v5): default_theta 500000, 8 kv heads.
+    {.model_type = "llama4", .layout = pairing::interleaved, .rope_theta = 500'000.0, .layers = layer_rule::llama4_irope,
+     .kv_heads = 8, .checked = true},
+    {.model_type = "llama4_text", .layout = pairing::interleaved, .rope_theta = 500'000.0,
+     .layers = layer_rule::llama4_irope, .kv_heads = 8, .checked = true},
     {.model_type = "cohere", .layout = pairing::interleaved},
     {.model_type = "cohere2", .layout = pairing::interleaved},
     {.model_type = "glm", .layout = pairing::interleaved},
@@ -555,6 +586,7 @@ struct rope_context {
     std::string head_dim_key = "head_dim";
     double rope_theta = 10000.0;                  ///< top-level (or family default)
     std::string rope_theta_key = "rope_theta";    ///< where rope_theta came from, for errors
+    bool rope_theta_known = true;                 ///< false: absent and the family's default unchecked
     double partial_rotary_factor = 1.0;           ///< top-level (or family rule)
     std::string partial_key = "partial_rotary_factor";  ///< GPT-NeoX: rotary_pct
     std::int64_t max_position_embeddings = 0;     ///< 0 when absent and the family has no default
@@ -636,7 +668,14 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
                            "gives rotary_dim = " + e.value() + ", which " + e.why());
     }
 
+    if (!ctx.rope_theta_known && !r.has("rope_theta"))
+        throw config_error(ctx.rope_theta_key, "missing",
+                           "posenc has not checked " + std::string(ctx.fam.model_type) +
+                               "'s HF default; give rope_theta");
     std::set<std::string, std::less<>> keys{"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+    // Qwen-VL: HF's config classes ignore mrope_section / mrope_interleaved in the validation of every
+    // rope_type (ignore_keys_at_rope_validation), so they may come with any schedule (Qwen3-VL: yarn).
+    if (ctx.fam.mrope) keys.insert({"mrope_section", "mrope_interleaved"});
     auto allow = [&](std::initializer_list<const char*> more) {
         keys.insert(more.begin(), more.end());
         r.allow_only(keys, type);
@@ -661,14 +700,10 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
     };
 
     if (type == "default") {
-        if (ctx.fam.mrope)
-            allow({"factor", "mrope_section", "mrope_interleaved"});
-        else
-            allow({"factor"});
+        allow({"factor"});
         if (r.has("factor") && r.number("factor") != 1.0)
             throw config_error(r.name("factor"), describe(r.at("factor")), "a default rope applies no factor; did you mean linear?");
         spec.schedule = default_rope{.base = base};
-        read_mrope(r, spec);
     } else if (type == "linear") {
         allow({"factor"});
         spec.schedule = linear{.base = base, .factor = r.number("factor")};
@@ -710,6 +745,7 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
         throw config_error(r.name(r.has("rope_type") ? "rope_type" : "type"), echo_string(type),
                            "unknown rope_type (supported: default, linear, dynamic, yarn, longrope, llama3)");
     }
+    if (ctx.fam.mrope) read_mrope(r, spec);
     // Validate now, so that a bad value is reported while reading the config, under its key in the
     // file. Every schedule checks its outputs (finite, usable inverse frequencies and amplitude), so
     // this also rejects values that are valid alone but overflow together.
@@ -785,6 +821,10 @@ inline bool is_per_layer_type(const json& dict) {
     const bool theta_alias = fam.theta_key != "rope_theta" && !top.has("rope_theta");
     ctx.rope_theta_key = top.name(theta_alias ? fam.theta_key : "rope_theta");
     ctx.rope_theta = top.number(theta_alias ? fam.theta_key : "rope_theta", fam.rope_theta);
+    // A table entry whose class posenc has not read has no trusted default (a family read with an
+    // explicit layout and no entry takes PreTrainedConfig's generic 10000).
+    ctx.rope_theta_known = top.has(theta_alias ? fam.theta_key : "rope_theta") || fam.checked ||
+                           !detail::find_family(out.model_type) || fam.fixed_rope;
     ctx.partial_rotary_factor = top.number(fam.partial_key, fam.partial_rotary_factor);
     ctx.partial_key = top.name(fam.partial_key);
     if (!fam.rotary_dim_key.empty()) {
@@ -831,8 +871,13 @@ inline bool is_per_layer_type(const json& dict) {
         fixed.rope_theta = 10000.0;
         out.rope = detail::read_rope(empty, top.name(key), fixed);
     } else if (detail::is_per_layer_type(dict)) {
+        // HF v5 (standardize_rope_params, per-layer case): each dict keeps its own
+        // original_max_position_embeddings, else takes max_position_embeddings; the top-level value
+        // (Phi-3's priority in the single-dict case) is not used.
+        detail::rope_context per_layer = ctx;
+        per_layer.top_level_original.reset();
         for (const auto& [layer_type, sub] : dict.items())
-            out.rope_by_layer_type.emplace(layer_type, detail::read_rope(sub, top.name(key) + "." + layer_type, ctx));
+            out.rope_by_layer_type.emplace(layer_type, detail::read_rope(sub, top.name(key) + "." + layer_type, per_layer));
         const auto full = out.rope_by_layer_type.find("full_attention");
         out.rope = full != out.rope_by_layer_type.end() ? full->second : out.rope_by_layer_type.begin()->second;
     } else {
@@ -843,6 +888,7 @@ inline bool is_per_layer_type(const json& dict) {
             detail::rope_context local = ctx;
             local.rope_theta = top.number("rope_local_base_freq", 10000.0);
             local.rope_theta_key = top.name("rope_local_base_freq");
+            local.rope_theta_known = true;
             out.rope_by_layer_type.emplace("full_attention", out.rope);
             out.rope_by_layer_type.emplace("sliding_attention",
                                            detail::read_rope(nlohmann::json::object(), top.name("rope_local_base_freq"), local));

@@ -6,7 +6,7 @@
 //   for (const auto& layer : model.layers) { layer.rope (or NoPE), layer.kind, layer.window, … }
 //
 // Keys read, on top of parse_config's (config.hpp): num_attention_heads, num_key_value_heads (default:
-// num_attention_heads), head_dim (through parse_config), num_hidden_layers, layer_types,
+// num_attention_heads), head_dim (through parse_config), num_hidden_layers (GPT-J: n_head, n_layer), layer_types,
 // sliding_window, no_rope_layers / no_rope_layer_interval, attention_chunk_size,
 // attn_temperature_tuning / floor_scale / attn_scale, attn_logit_softcapping, query_pre_attn_scalar.
 //
@@ -23,10 +23,12 @@
 // - Gemma-2: as gpt-oss without sinks; sliding_window 4096, query_pre_attn_scalar^−½ (default 256),
 //   attn_logit_softcapping (default 50, null = off), 8 heads / 4 kv heads by default.
 // - Mistral / Mixtral / Ministral / Starcoder2: every layer sliding when sliding_window is set (not
-//   null), else full.
+//   null), else full; absent, Mistral takes MistralConfig's 4096 (every layer slides), Mixtral None.
 // - Qwen2 / Qwen2-MoE / Qwen3 / Qwen2-VL / Qwen2.5-VL: layer_types when given; else layers i >=
 //   max_window_layers (default 28; 80 for the VL models) slide with sliding_window (default 4096), and
-//   only when use_sliding_window is true (default false), as Qwen2Config derives layer_types.
+//   only when use_sliding_window is true (default false), as Qwen2Config derives layer_types. With
+//   layer_types given and use_sliding_window false, sliding_attention layers attend fully (HF drops
+//   the window in __post_init__).
 // - Any other RoPE model: layer_types when given, else every layer full attention.
 // The per-family rules and defaults are entries of config.hpp's family table.
 // DeepSeek-V2/V3: the scale carries YaRN's softmax_scale_multiplier().
@@ -83,25 +85,32 @@ struct model_layers {
 
     model_layers out;
     out.model_type = type;
-    out.heads = static_cast<std::size_t>(fam.heads ? top.integer("num_attention_heads", 1, limits::heads, fam.heads)
-                                                   : top.integer("num_attention_heads", 1, limits::heads));
+    // The family's names (GPT-J n_head, n_layer); the generic name wins when present, as HF's
+    // attribute_map maps it onto the alias.
+    auto key_of = [&](std::string_view generic, std::string_view alias) {
+        return std::string(top.has(generic) || alias == generic ? generic : alias);
+    };
+    const std::string heads_key = key_of("num_attention_heads", fam.heads_key);
+    const std::string layers_key = key_of("num_hidden_layers", fam.layers_key);
+    out.heads = static_cast<std::size_t>(fam.heads ? top.integer(heads_key, 1, limits::heads, fam.heads)
+                                                   : top.integer(heads_key, 1, limits::heads));
     const std::int64_t kv_default = fam.kv_heads ? fam.kv_heads : static_cast<std::int64_t>(out.heads);
     out.kv_heads = static_cast<std::size_t>(top.integer("num_key_value_heads", 1, limits::heads, kv_default));
     if (out.heads % out.kv_heads != 0)
         throw config_error(top.name("num_key_value_heads"), detail::to_text(out.kv_heads),
-                           "must divide num_attention_heads = " + detail::to_text(out.heads));
+                           "must divide " + heads_key + " = " + detail::to_text(out.heads));
     out.head_dim = cfg.rope.dims.head_dim;
 
     // The layer count: num_hidden_layers, or the length of layer_types.
     std::int64_t n = 0;
-    if (top.has("num_hidden_layers")) n = top.integer("num_hidden_layers", 1, limits::layers);
+    if (top.has(layers_key)) n = top.integer(layers_key, 1, limits::layers);
     if (!cfg.layer_types.empty()) {
         if (n != 0 && static_cast<std::size_t>(n) != cfg.layer_types.size())
             throw config_error(top.name("layer_types"), "of " + detail::to_text(cfg.layer_types.size()) + " entries",
-                               "must have num_hidden_layers = " + detail::to_text(n) + " entries");
+                               "must have " + layers_key + " = " + detail::to_text(n) + " entries");
         n = static_cast<std::int64_t>(cfg.layer_types.size());
     }
-    if (n == 0) (void)top.at("num_hidden_layers");  // reports the missing key
+    if (n == 0) (void)top.at(layers_key);  // reports the missing key
 
     const double inv_sqrt_d = 1.0 / std::sqrt(static_cast<double>(out.head_dim));
     double scale = inv_sqrt_d;
@@ -128,14 +137,21 @@ struct model_layers {
     };
     // Qwen2 (Qwen2Config.__post_init__): sliding_window is dropped unless use_sliding_window; then
     // layers i >= max_window_layers slide. An explicit null window means none, like HF's None.
+    // That holds for a layer_types list too: its sliding_attention layers attend fully (HF's
+    // window None) unless use_sliding_window.
+    const auto w = top.object().find("sliding_window");
+    const bool null_window = w != top.object().end() && w->is_null();
     bool qwen2_sliding = false;
     std::int64_t max_window_layers = 0;
-    if (fam.layers == layer_rule::qwen2_window && cfg.layer_types.empty()) {
-        const auto w = top.object().find("sliding_window");
-        const bool null_window = w != top.object().end() && w->is_null();
+    if (fam.layers == layer_rule::qwen2_window) {
         qwen2_sliding = top.boolean("use_sliding_window", false) && !null_window;
-        max_window_layers = top.integer("max_window_layers", 0, limits::layers, fam.max_window_layers);
+        if (cfg.layer_types.empty())
+            max_window_layers = top.integer("max_window_layers", 0, limits::layers, fam.max_window_layers);
     }
+    // Mistral: sliding_window absent takes the class default (MistralConfig 4096: every layer
+    // slides); null, or a family whose class defaults to None (Mixtral), attends fully.
+    const bool mistral_sliding = fam.layers == layer_rule::sliding_if_window &&
+                                 (top.has("sliding_window") || (w == top.object().end() && fam.sliding_window));
 
     out.layers.reserve(static_cast<std::size_t>(n));
     if (llama4) {
@@ -189,13 +205,16 @@ struct model_layers {
             l.layer_type = cfg.layer_types[static_cast<std::size_t>(i)];
         else if (fam.layers == layer_rule::alternating)
             l.layer_type = (i + 1) % 2 ? "sliding_attention" : "full_attention";
-        else if (fam.layers == layer_rule::sliding_if_window && top.has("sliding_window"))
+        else if (mistral_sliding)
             l.layer_type = "sliding_attention";
         else if (qwen2_sliding && i >= max_window_layers)
             l.layer_type = "sliding_attention";
         else
             l.layer_type = "full_attention";
-        if (l.layer_type == "sliding_attention") {
+        if (l.layer_type == "sliding_attention" && fam.layers == layer_rule::qwen2_window && !qwen2_sliding) {
+            // Qwen2 with layer_types and no use_sliding_window: the layer keeps its type (and rope
+            // entry) but HF runs it with window None, full attention.
+        } else if (l.layer_type == "sliding_attention") {
             l.kind = attention_kind::sliding;
             l.window = window();
         } else if (l.layer_type == "chunked_attention") {

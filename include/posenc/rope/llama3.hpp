@@ -45,7 +45,9 @@ struct llama3 {
             else if (wavelen > low_freq_wavelen)
                 w[i] = 1.0;
             else if (high_freq_factor == low_freq_factor)
-                w[i] = 0.0;  // λ exactly on the empty band's edge: HF's first step keeps θ (its blend is 0/0)
+                // low == high and λ exactly L0/low: HF's is_medium_freq is true there and its
+                // smooth factor is 0/0 = NaN (a NaN inv_freq); posenc keeps θ instead.
+                w[i] = 0.0;
             else
                 w[i] = 1.0 - (L0 / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
         }
