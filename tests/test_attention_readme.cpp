@@ -45,13 +45,7 @@ TEST_CASE("README snippet: attention", "[readme][attention]") {
 }
 
 TEST_CASE("README's attention block is the compiled snippet", "[readme][attention]") {
-    const std::string self = posenc_test::read_file(__FILE__);
-    std::string snippet = posenc_test::between(self, "    // --- snippet begin ---\n", "    // --- snippet end ---");
-    std::string unindented;  // the snippet without the test's 4-space indent
-    std::istringstream lines(snippet);
-    for (std::string line; std::getline(lines, line);) unindented += (line.rfind("    ", 0) == 0 ? line.substr(4) : line) + "\n";
-    const std::string readme = posenc_test::read_file(std::string(POSENC_TEST_DATA_DIR) + "/../../README.md");
-    const std::string block = posenc_test::between(readme, "<!-- attention snippet -->\n```cpp\n", "```");
-    REQUIRE(!unindented.empty());
-    CHECK(block == unindented);
+    const std::string snippet = posenc_test::snippet_of(__FILE__);
+    REQUIRE(!snippet.empty());
+    CHECK(posenc_test::readme_block("attention") == snippet);
 }

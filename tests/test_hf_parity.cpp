@@ -365,3 +365,28 @@ TEST_CASE("README lists every model_type of the family table", "[hf][readme]") {
     REQUIRE(listed == std::size(posenc::hf::detail::families));
     REQUIRE(listed >= 40);
 }
+
+TEST_CASE("Qwen-VL: the interleave follows the model as in HF, and Qwen3-VL's section defaults to [24, 20, 20]",
+          "[hf][parity][mrope]") {
+    // HF's Qwen3VLTextRotaryEmbedding always runs apply_interleaved_mrope and reads mrope_section with
+    // the default [24, 20, 20]; Qwen2-VL's rotary never interleaves. Neither reads mrope_interleaved.
+    const json qwen3{{"model_type", "qwen3_vl_text"}, {"head_dim", 128}, {"hidden_size", 4096}, {"num_attention_heads", 32},
+                     {"max_position_embeddings", 262144}, {"rope_theta", 5000000}, {"rope_scaling", {{"rope_type", "default"}}}};
+    const auto cfg = posenc::hf::parse_config(qwen3);
+    CHECK(cfg.rope.mrope_section == std::vector<std::int64_t>{24, 20, 20});
+    CHECK(cfg.rope.mrope_interleaved);
+    json contradicts = qwen3;
+    contradicts["rope_scaling"]["mrope_interleaved"] = false;
+    contradicts["rope_scaling"]["mrope_section"] = {24, 20, 20};
+    expect_config_error([&] { (void)posenc::hf::parse_config(contradicts); }, "rope_scaling.mrope_interleaved", "false");
+    json small = qwen3;  // head_dim 64: the default section does not fit
+    small["head_dim"] = 64;
+    expect_config_error([&] { (void)posenc::hf::parse_config(small); }, "rope_scaling.mrope_section", "missing");
+
+    const json qwen2{{"model_type", "qwen2_vl"}, {"hidden_size", 3584}, {"num_attention_heads", 28},
+                     {"rope_scaling", {{"type", "mrope"}, {"mrope_section", {16, 24, 24}}, {"mrope_interleaved", true}}}};
+    expect_config_error([&] { (void)posenc::hf::parse_config(qwen2); }, "rope_scaling.mrope_interleaved", "true");
+    json qwen2_ok = qwen2;
+    qwen2_ok["rope_scaling"].erase("mrope_interleaved");
+    CHECK_FALSE(posenc::hf::parse_config(qwen2_ok).rope.mrope_interleaved);
+}

@@ -40,13 +40,7 @@ TEST_CASE("README snippet: kv_cache", "[readme][kv_cache]") {
 }
 
 TEST_CASE("README's kv_cache block is the compiled snippet", "[readme][kv_cache]") {
-    const std::string self = posenc_test::read_file(__FILE__);
-    std::string snippet = posenc_test::between(self, "    // --- snippet begin ---\n", "    // --- snippet end ---");
-    std::string unindented;
-    std::istringstream lines(snippet);
-    for (std::string line; std::getline(lines, line);) unindented += (line.rfind("    ", 0) == 0 ? line.substr(4) : line) + "\n";
-    const std::string readme = posenc_test::read_file(std::string(POSENC_TEST_DATA_DIR) + "/../../README.md");
-    const std::string block = posenc_test::between(readme, "<!-- kv_cache snippet -->\n```cpp\n", "```");
-    REQUIRE(!unindented.empty());
-    CHECK(block == unindented);
+    const std::string snippet = posenc_test::snippet_of(__FILE__);
+    REQUIRE(!snippet.empty());
+    CHECK(posenc_test::readme_block("kv_cache") == snippet);
 }

@@ -22,4 +22,21 @@ inline std::string read_file(const std::string& path) {
     return s.str();
 }
 
+/// The snippet a test file carries between its "    // --- snippet begin ---" and "    // --- snippet
+/// end ---" lines, without the test's 4-space indent.
+inline std::string snippet_of(const std::string& test_file) {
+    const std::string snippet =
+        between(read_file(test_file), "    // --- snippet begin ---\n", "    // --- snippet end ---");
+    std::string unindented;
+    std::istringstream lines(snippet);
+    for (std::string line; std::getline(lines, line);) unindented += (line.rfind("    ", 0) == 0 ? line.substr(4) : line) + "\n";
+    return unindented;
+}
+
+/// README.md's C++ block after the marker `<!-- name snippet -->` (needs POSENC_TEST_DATA_DIR).
+inline std::string readme_block(const std::string& name) {
+    const std::string readme = read_file(std::string(POSENC_TEST_DATA_DIR) + "/../../README.md");
+    return between(readme, "<!-- " + name + " snippet -->\n```cpp\n", "```");
+}
+
 }  // namespace posenc_test

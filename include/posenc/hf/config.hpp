@@ -391,6 +391,10 @@ struct family {
     bool fixed_rope = false;              ///< GPT-J: base 10000 and no scaling, whatever the file says
     bool legacy_longrope_names = false;   ///< Phi-3: rope_type su / yarn mean longrope
     bool mrope = false;                   ///< Qwen-VL: mrope_section (and mrope_interleaved) in the rope dict
+    /// Qwen3-VL: HF's rotary always interleaves (apply_interleaved_mrope, whatever mrope_interleaved
+    /// says) and takes mrope_section [24, 20, 20] when the config has none; Qwen2-VL / 2.5-VL never
+    /// interleave.
+    bool mrope_interleaved = false;
     double tokens_per_second = 0;         ///< Qwen2.5-VL: vision_config.tokens_per_second default; 0: not read
     bool local_base_freq = false;         ///< Gemma-3 (v4 files): sliding layers on rope_local_base_freq
     std::string_view alibi_key = {};      ///< Falcon: alibi = true means no RoPE
@@ -482,9 +486,9 @@ inline constexpr family families[] = {
     // Qwen3-VL (v5 Qwen3VLTextConfig): default_theta 500000, max_position_embeddings 128000, head_dim 128.
     // (v4's Qwen3VLTextConfig defaulted rope_theta to 5e6; released files give it.)
     {.model_type = "qwen3_vl", .rope_theta = 500'000.0, .max_position_embeddings = 128000, .head_dim = 128, .mrope = true,
-     .checked = true},
+     .mrope_interleaved = true, .checked = true},
     {.model_type = "qwen3_vl_text", .rope_theta = 500'000.0, .max_position_embeddings = 128000, .head_dim = 128,
-     .mrope = true, .checked = true},
+     .mrope = true, .mrope_interleaved = true, .checked = true},
     // Interleaved pairs: GPT-J rotate_every_two; Llama-4 view_as_complex; Cohere and GLM x[..., ::2] / x[..., 1::2].
     // GPT-J (GPTJConfig, modeling_gptj): n_embd 4096, n_head 16 (must divide), rotary_dim 64,
     // n_positions 2048; create_sinusoidal_positions hard-codes base 10000 and applies no scaling.
@@ -606,33 +610,45 @@ inline std::int64_t require_max_positions(const rope_context& ctx, const std::st
 
 /// Qwen-VL's M-RoPE split (HF: the "default" inv_freq, with the pairs split into sections that take
 /// their angle from the t, h and w position components): mrope_section [t, h, w] must be three
-/// integers >= 0 summing to rotary_dim / 2; mrope_interleaved (Qwen3-VL) cycles t, h, w across pairs.
-inline void read_mrope(const reader& r, rope_spec& spec) {
-    if (!r.has("mrope_section")) {
-        if (r.has("mrope_interleaved"))
-            throw config_error(r.name("mrope_interleaved"), describe(r.at("mrope_interleaved")), "needs mrope_section");
-        return;
-    }
-    const std::string key = r.name("mrope_section");
-    const json& v = r.at("mrope_section");
-    if (!v.is_array() || v.size() != 3)
-        throw config_error(key, describe(v), "must be a list of 3 integers (t, h, w pairs)");
-    std::vector<std::int64_t> section;
-    std::int64_t sum = 0;
-    for (const json& x : v) {
-        const bool integral = x.is_number_integer() || x.is_number_unsigned() ||
-                              (x.is_number_float() && std::trunc(x.get<double>()) == x.get<double>());
-        if (!integral || !(x.get<double>() >= 0.0) || x.get<double>() > static_cast<double>(limits::head_dim))
-            throw config_error(key, describe(v), "must hold integers in [0, " + to_text(limits::head_dim) + "]");
-        section.push_back(static_cast<std::int64_t>(x.get<double>()));
-        sum += section.back();
-    }
+/// integers >= 0 summing to rotary_dim / 2; Qwen3-VL interleaves (cycles t, h, w across pairs).
+inline void read_mrope(const reader& r, rope_spec& spec, const family& fam) {
     const auto pairs = static_cast<std::int64_t>(spec.dims.rotary() / 2);
-    if (sum != pairs)
-        throw config_error(key, describe(v),
-                           "must sum to rotary_dim / 2 = " + to_text(pairs) + " (sums to " + to_text(sum) + ")");
+    const std::string key = r.name("mrope_section");
+    std::vector<std::int64_t> section;
+    if (!r.has("mrope_section")) {
+        if (!fam.mrope_interleaved) {
+            if (r.has("mrope_interleaved"))
+                throw config_error(r.name("mrope_interleaved"), describe(r.at("mrope_interleaved")), "needs mrope_section");
+            return;
+        }
+        section = {24, 20, 20};  // Qwen3VLTextRotaryEmbedding's default
+        if (pairs != 64)
+            throw config_error(key, "missing", "HF's default [24, 20, 20] needs rotary_dim / 2 = 64, not " + to_text(pairs));
+    } else {
+        const json& v = r.at("mrope_section");
+        if (!v.is_array() || v.size() != 3)
+            throw config_error(key, describe(v), "must be a list of 3 integers (t, h, w pairs)");
+        std::int64_t sum = 0;
+        for (const json& x : v) {
+            const bool integral = x.is_number_integer() || x.is_number_unsigned() ||
+                                  (x.is_number_float() && std::trunc(x.get<double>()) == x.get<double>());
+            if (!integral || !(x.get<double>() >= 0.0) || x.get<double>() > static_cast<double>(limits::head_dim))
+                throw config_error(key, describe(v), "must hold integers in [0, " + to_text(limits::head_dim) + "]");
+            section.push_back(static_cast<std::int64_t>(x.get<double>()));
+            sum += section.back();
+        }
+        if (sum != pairs)
+            throw config_error(key, describe(v),
+                               "must sum to rotary_dim / 2 = " + to_text(pairs) + " (sums to " + to_text(sum) + ")");
+    }
+    // HF decides the interleave by model, not by this key: a value that disagrees would describe
+    // another model than the one HF runs.
+    if (r.boolean("mrope_interleaved", fam.mrope_interleaved) != fam.mrope_interleaved)
+        throw config_error(r.name("mrope_interleaved"), describe(r.at("mrope_interleaved")),
+                           fam.mrope_interleaved ? "HF's Qwen3-VL always interleaves the M-RoPE sections"
+                                                 : "HF's Qwen2-VL / Qwen2.5-VL never interleave the M-RoPE sections");
     spec.mrope_section = std::move(section);
-    spec.mrope_interleaved = r.boolean("mrope_interleaved", false);
+    spec.mrope_interleaved = fam.mrope_interleaved;
 }
 
 inline rope_spec read_rope(const json& dict, const std::string& prefix, const rope_context& ctx) {
@@ -745,7 +761,7 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
         throw config_error(r.name(r.has("rope_type") ? "rope_type" : "type"), echo_string(type),
                            "unknown rope_type (supported: default, linear, dynamic, yarn, longrope, llama3)");
     }
-    if (ctx.fam.mrope) read_mrope(r, spec);
+    if (ctx.fam.mrope) read_mrope(r, spec, ctx.fam);
     // Validate now, so that a bad value is reported while reading the config, under its key in the
     // file. Every schedule checks its outputs (finite, usable inverse frequencies and amplitude), so
     // this also rejects values that are valid alone but overflow together.

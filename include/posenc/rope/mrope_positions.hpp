@@ -15,8 +15,10 @@
 //   frame and row by row; token (k, i, j) gets (start + τ_k, start + i, start + j);
 // - τ_k = k for Qwen2-VL; for Qwen2.5-VL τ_k = 0 for images and, for videos,
 //   long(k · second_per_grid_t · tokens_per_second), evaluated as torch does (float32, in that order,
-//   truncated toward zero) — HF ≥ #48669; earlier versions truncated second_per_grid_t to an integer
-//   first, which made every τ_k 0 below one second per grid;
+//   truncated toward zero) — HF ≥ #48669 (v4.5x); earlier versions truncated second_per_grid_t to an
+//   integer first, which made every τ_k 0 below one second per grid. (A later refactor of
+//   get_rope_index seen in public code truncates again and starts the text after a video at
+//   max(h, w)/s rather than after the largest id: not verified against transformers main, not followed);
 // - Qwen3-VL splits a video into its t frames, each a grid of 1 × h × w (its processor puts timestamp
 //   text between frames: give those as text segments between one-frame videos or images);
 // - delta (HF `mrope_position_deltas`) = largest id + 1 − number of tokens.
@@ -249,7 +251,11 @@ struct vision_token_ids {
                             g[1] <= (1 << 28) && g[2] <= (1 << 28),
                         is_image ? "image_grids" : "video_grids", "row " + detail::to_text(is_image ? image : video),
                         "needs t ≥ 1 and h, w positive multiples of spatial_merge_size = " + detail::to_text(s));
-        const auto tokens = static_cast<std::size_t>(g[0] * (g[1] / s) * (g[2] / s));
+        // In double first: each factor is ≤ 2^28, so the int64 product could overflow.
+        const double tokens_d = static_cast<double>(g[0]) * static_cast<double>(g[1] / s) * static_cast<double>(g[2] / s);
+        detail::require(tokens_d <= static_cast<double>(ids.size() - ed), "input_ids", "of " + detail::to_text(ids.size()) + " tokens",
+                        "ends inside a vision block of " + detail::to_text(tokens_d) + " tokens");
+        const auto tokens = static_cast<std::size_t>(tokens_d);
         (is_image ? image : video) += 1;
         st = ed + tokens;
         detail::require(st <= ids.size(), "input_ids", "of " + detail::to_text(ids.size()) + " tokens",
