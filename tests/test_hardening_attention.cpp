@@ -150,12 +150,12 @@ TEST_CASE("hardening: kv_cache context_shift whose offset overflows int64 throws
     const std::size_t H = 1, D = 4;
     posenc::kv_cache cache(posenc::nope{}, {.kv_heads = H, .head_dim = D, .capacity = 8});
     const auto k = posenc_test::random_floats(3 * H * D, 4), v = posenc_test::random_floats(3 * H * D, 5);
-    const std::vector<std::int64_t> pos{lo64, lo64 + 1, hi64};
+    const std::vector<std::int64_t> pos{lo64, lo64 + 1, hi64 - 1};  // (append rejects 2^63 − 1 itself)
     cache.append(posenc::heads_view<const float>(std::span<const float>(k), {3, H, D}),
                  posenc::heads_view<const float>(std::span<const float>(v), {3, H, D}), pos);
     const std::vector<float> k0(cache.key_storage().begin(), cache.key_storage().end());
     const std::vector<std::int64_t> p0(cache.position_storage().begin(), cache.position_storage().end());
-    // Keep 1 sink (at −2^63) and the last token (at 2^63 − 1): it would move by −(2^64 − 2).
+    // Keep 1 sink (at −2^63) and the last token (at 2^63 − 2): it would move by −(2^64 − 3).
     CHECK_THROWS_AS(cache.context_shift(1, 1), posenc::range_error);
     CHECK(cache.size() == 3);
     CHECK(std::memcmp(k0.data(), cache.key_storage().data(), k0.size() * sizeof(float)) == 0);
