@@ -23,7 +23,7 @@
 //   text between frames: give those as text segments between one-frame videos or images);
 // - delta (HF `mrope_position_deltas`) = largest id + 1 − number of tokens.
 // Segments are counts, not token ids: a text segment counts every token that is not an image/video
-// placeholder (vision_start/vision_end included). prompt_segments_from_tokens reads HF's token ids.
+// token (image_token_id / video_token_id; vision_start/vision_end included). prompt_segments_from_tokens reads HF's token ids.
 
 #include <array>
 #include <cmath>
@@ -204,7 +204,7 @@ struct vision_token_ids {
 
 /// The segments of a tokenized prompt, read as HF's get_rope_index reads input_ids: the number of
 /// images and videos is the number of vision_start tokens followed by an image / video token; then,
-/// for each block, the next image or video placeholder (whichever comes first) starts it, the grid's
+/// for each block, the next image or video token (whichever comes first) starts it, the grid's
 /// merged token count is skipped, and what lies between is text. `image_grids` / `video_grids` are
 /// HF's image_grid_thw / video_grid_thw rows (t, h, w) in prompt order, `second_per_grid` one entry
 /// per video (empty: HF's default 1.0). For Qwen3-VL pass the video grids as HF does after its split:
@@ -240,7 +240,7 @@ struct vision_token_ids {
         const std::size_t ed_video = video < videos ? find(tok.video, st) : ids.size() + 1;
         const std::size_t ed = ed_image < ed_video ? ed_image : ed_video;
         detail::require(ed <= ids.size(), "input_ids", "block " + detail::to_text(b),
-                        "has no image or video placeholder after token " + detail::to_text(st));
+                        "has no image or video token after token " + detail::to_text(st));
         out.push_back(prompt_segment::text(static_cast<std::int64_t>(ed - st)));
         const bool is_image = ed_image < ed_video;
         const auto& g = is_image ? image_grids[image] : video_grids[video];
