@@ -1,17 +1,31 @@
-// x ← a·x with 256-bit vectors, four at a time. Only xsimd code templated on fma3<avx2> here, so
+// x ← a·x with 256-bit vectors, four at a time, asking for the lines 8 KiB ahead (software prefetch:
+// 10–20% faster than the hardware prefetcher alone on this VM, and the kernels prefetch too, so a
+// limit without it would flatter them). Only xsimd code templated on fma3<avx2> here, so
 // nothing compiled with -mavx2 can be shared with baseline code (the COMDAT trap).
+#include <cstdint>
+
 #include <xsimd/xsimd.hpp>
 
 #include "limit.hpp"
 
 namespace posenc_bench {
 
+namespace {
+constexpr std::size_t prefetch_distance = 8192;  // bytes
+void prefetch_ahead(const void* p) noexcept {
+    const auto at = reinterpret_cast<std::uintptr_t>(p) + prefetch_distance;  // a hint: never faults
+    __builtin_prefetch(reinterpret_cast<const void*>(at));
+    __builtin_prefetch(reinterpret_cast<const void*>(at + 64));
+}
+}  // namespace
+
 void scale_avx2(float* x, std::size_t n, float a) noexcept {
     using batch = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
     constexpr std::size_t W = batch::size;
     const batch av(a);
     std::size_t i = 0;
-    for (; i + 4 * W <= n; i += 4 * W) {
+    for (; i + 4 * W <= n; i += 4 * W) {  // 128 bytes
+        prefetch_ahead(x + i);
         const batch v0 = batch::load_unaligned(x + i), v1 = batch::load_unaligned(x + i + W);
         const batch v2 = batch::load_unaligned(x + i + 2 * W), v3 = batch::load_unaligned(x + i + 3 * W);
         (v0 * av).store_unaligned(x + i);
@@ -27,7 +41,8 @@ void flip16_avx2(std::uint16_t* x, std::size_t n) noexcept {
     constexpr std::size_t W = batch::size;
     const batch sign(static_cast<std::uint16_t>(0x8000u));
     std::size_t i = 0;
-    for (; i + 4 * W <= n; i += 4 * W) {
+    for (; i + 4 * W <= n; i += 4 * W) {  // 128 bytes
+        prefetch_ahead(x + i);
         const batch v0 = batch::load_unaligned(x + i), v1 = batch::load_unaligned(x + i + W);
         const batch v2 = batch::load_unaligned(x + i + 2 * W), v3 = batch::load_unaligned(x + i + 3 * W);
         (v0 ^ sign).store_unaligned(x + i);

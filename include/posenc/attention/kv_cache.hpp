@@ -179,9 +179,12 @@ private:
                                    detail::to_text(shape_.kv_heads) + " x " + detail::to_text(dim));
     }
 
+    // Token-major, as the projection output is laid out: the source is read in order (head-major
+    // reads jump a token stride per row, which the hardware prefetcher does not follow), and the
+    // cache's kv_heads rows per token are kv_heads sequential write streams.
     static void copy_rows(const heads_view<const float>& src, const heads_view<float>& dst) noexcept {
-        for (std::size_t h = 0; h < src.heads(); ++h)
-            for (std::size_t t = 0; t < src.tokens(); ++t) std::memcpy(dst.row(t, h), src.row(t, h), src.head_dim() * sizeof(float));
+        for (std::size_t t = 0; t < src.tokens(); ++t)
+            for (std::size_t h = 0; h < src.heads(); ++h) std::memcpy(dst.row(t, h), src.row(t, h), src.head_dim() * sizeof(float));
     }
 
     // Tokens [from, from + n) → [to, to + n) in every head (to < from; the ranges may overlap).

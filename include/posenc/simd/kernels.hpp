@@ -72,7 +72,8 @@ struct kernels {
     static constexpr std::size_t WD = dbatch::size;
     static constexpr std::size_t row_capacity = max_rotary_dim + 2 * W;  // floats, with padding
     static constexpr std::int64_t far_position = std::int64_t{1} << 26;
-    static_assert(16 % W == 0, "the norm's fixed 16-lane summation order needs W | 16");
+    static constexpr std::size_t norm_lanes = 16;  // the norm's partial sums
+    static_assert(norm_lanes % W == 0, "the norm's fixed summation order needs W | norm_lanes");
 
     // ---- cos/sin rows ---------------------------------------------------------------------------
 
@@ -220,6 +221,44 @@ struct kernels {
         }
     }
 
+    // ---- reading a head ----------------------------------------------------------------------------
+    // The rotations read their input through a lane source: the stored values widened to float, or
+    // (fused norm) those values normalised, (x·scale)·w — two roundings per lane whatever the width.
+    // load_padded reads m < W lanes into a zero-padded vector, so the lanes past the last full vector
+    // take the same vector code as the others.
+
+    template <class S>
+    struct stored_lanes {
+        const S* x;
+        fbatch load(std::size_t i) const noexcept { return ops::load(x + i); }
+        fbatch load_padded(std::size_t i, std::size_t m) const noexcept {
+            S in[W] = {};
+            for (std::size_t k = 0; k < m; ++k) in[k] = x[i + k];
+            return ops::load(static_cast<const S*>(in));
+        }
+    };
+
+    template <class S>
+    struct normed_lanes {
+        const S* x;
+        const float* w;
+        fbatch scale;
+        fbatch load(std::size_t i) const noexcept { return (ops::load(x + i) * scale) * fbatch::load_unaligned(w + i); }
+        fbatch load_padded(std::size_t i, std::size_t m) const noexcept {
+            alignas(64) float wp[W] = {};
+            for (std::size_t k = 0; k < m; ++k) wp[k] = w[i + k];
+            return (stored_lanes<S>{x}.load_padded(i, m) * scale) * fbatch::load_aligned(wp);
+        }
+    };
+
+    /// Writes the first m lanes of v to y (m < W), rounded to D.
+    template <class D>
+    static void store_partial(D* y, const fbatch& v, std::size_t m) noexcept {
+        D out[W];
+        ops::store(out, v);
+        for (std::size_t k = 0; k < m; ++k) y[k] = out[k];
+    }
+
     // ---- rotations -------------------------------------------------------------------------------
     // Each head's chunk of U vectors is loaded completely before any of it is stored. When a token's
     // whole cos/sin row fits in registers (e.g. 128 lanes in AVX-512), it is loaded once per token
@@ -237,151 +276,174 @@ struct kernels {
         }
     }
 
-    /// Half-split pairs (i, i + n) for lanes [i, i + U·W): y₁ = x₁c − x₂s, y₂ = x₂c + x₁s (`s`
-    /// already carries the direction's sign), read from x, written to y (which may be x).
-    template <std::size_t U, class S, class D>
-    static void half_split_chunk(const S* x, D* y, std::size_t i, std::size_t n, const fbatch* cv,
+    /// Half-split pair (x₁, x₂) → (x₁c − x₂s, x₂c + x₁s); `s` already carries the direction's sign.
+    static fbatch half_split_first(const fbatch& x1, const fbatch& x2, const fbatch& c, const fbatch& s) noexcept {
+        return ops::fnma(x2, s, x1 * c);
+    }
+    static fbatch half_split_second(const fbatch& x1, const fbatch& x2, const fbatch& c, const fbatch& s) noexcept {
+        return ops::fma(x1, s, x2 * c);
+    }
+
+    /// Half-split pairs (i, i + n) for lanes [i, i + U·W), read from src, written to y (which may be
+    /// src's memory).
+    template <std::size_t U, class Src, class D>
+    static void half_split_chunk(const Src& src, D* y, std::size_t i, std::size_t n, const fbatch* cv,
                                  const fbatch* sv) noexcept {
         fbatch x1[U], x2[U];
         for (std::size_t u = 0; u < U; ++u) {
-            x1[u] = ops::load(x + i + u * W);
-            x2[u] = ops::load(x + n + i + u * W);
+            x1[u] = src.load(i + u * W);
+            x2[u] = src.load(n + i + u * W);
         }
         for (std::size_t u = 0; u < U; ++u) {
             pin_in_register(x1[u]);
             pin_in_register(x2[u]);
         }
         for (std::size_t u = 0; u < U; ++u) {
-            ops::store(y + i + u * W, ops::fnma(x2[u], sv[u], x1[u] * cv[u]));
-            ops::store(y + n + i + u * W, ops::fma(x1[u], sv[u], x2[u] * cv[u]));
+            ops::store(y + i + u * W, half_split_first(x1[u], x2[u], cv[u], sv[u]));
+            ops::store(y + n + i + u * W, half_split_second(x1[u], x2[u], cv[u], sv[u]));
         }
     }
 
-    /// The pairs past the last full vector: the same vector code on a zero-padded copy.
-    template <class S, class D>
-    static void half_split_tail(const S* x, D* y, std::size_t i, std::size_t n, const float* c,
-                                const float* s) noexcept {
-        S in[2 * W] = {};
-        D out[2 * W];
-        const std::size_t m = n - i;
-        for (std::size_t k = 0; k < m; ++k) {
-            in[k] = x[i + k];
-            in[W + k] = x[n + i + k];
-        }
-        fbatch cv, sv;
-        load_row<1>(c, s, i, &cv, &sv);
-        half_split_chunk<1>(in, out, 0, W, &cv, &sv);
-        for (std::size_t k = 0; k < m; ++k) {
-            y[i + k] = out[k];
-            y[n + i + k] = out[W + k];
-        }
-    }
-
-    template <class S, class D>
-    static void half_split_head(const S* x, D* y, std::size_t n, const float* c, const float* s) noexcept {
+    template <class Src, class D>
+    static void half_split_head(const Src& src, D* y, std::size_t n, const float* c, const float* s) noexcept {
         constexpr std::size_t U = hs_unroll;
         std::size_t i = 0;
         fbatch cv[U], sv[U];
         for (; i + U * W <= n; i += U * W) {
             load_row<U>(c, s, i, cv, sv);
-            half_split_chunk<U>(x, y, i, n, cv, sv);
+            half_split_chunk<U>(src, y, i, n, cv, sv);
         }
         for (; i + W <= n; i += W) {
             load_row<1>(c, s, i, cv, sv);
-            half_split_chunk<1>(x, y, i, n, cv, sv);
+            half_split_chunk<1>(src, y, i, n, cv, sv);
         }
-        if (i < n) half_split_tail(x, y, i, n, c, s);
+        if (i < n) {
+            const std::size_t m = n - i;
+            const fbatch x1 = src.load_padded(i, m), x2 = src.load_padded(n + i, m);
+            load_row<1>(c, s, i, cv, sv);
+            store_partial(y + i, half_split_first(x1, x2, cv[0], sv[0]), m);
+            store_partial(y + n + i, half_split_second(x1, x2, cv[0], sv[0]), m);
+        }
     }
 
-    /// Interleaved pairs (2i, 2i+1) for lanes [i, i + U·W): y = x·cdup + swap(x)·sdup with
-    /// cdup = (c₀, c₀, c₁, c₁, …) and sdup = (−s₀, s₀, −s₁, s₁, …).
-    template <std::size_t U, class S, class D>
-    static void interleaved_chunk(const S* x, D* y, std::size_t i, const fbatch* cv, const fbatch* sv) noexcept {
+    /// Interleaved pairs (2i, 2i+1): y = x·cdup + swap(x)·sdup with cdup = (c₀, c₀, c₁, c₁, …) and
+    /// sdup = (−s₀, s₀, −s₁, s₁, …).
+    static fbatch interleaved_rotate(const fbatch& x, const fbatch& cdup, const fbatch& sdup) noexcept {
         constexpr auto swap = compat::swizzle_mask<Arch, patterns::swap_pairs>();
-        fbatch v[U];
-        for (std::size_t u = 0; u < U; ++u) v[u] = ops::load(x + i + u * W);
-        for (std::size_t u = 0; u < U; ++u) pin_in_register(v[u]);
-        for (std::size_t u = 0; u < U; ++u) ops::store(y + i + u * W, ops::fma(xsimd::swizzle(v[u], swap), sv[u], v[u] * cv[u]));
+        return ops::fma(xsimd::swizzle(x, swap), sdup, x * cdup);
     }
 
-    template <class S, class D>
-    static void interleaved_head(const S* x, D* y, std::size_t r, const float* cdup, const float* sdup) noexcept {
+    /// Lanes [i, i + U·W).
+    template <std::size_t U, class Src, class D>
+    static void interleaved_chunk(const Src& src, D* y, std::size_t i, const fbatch* cv, const fbatch* sv) noexcept {
+        fbatch v[U];
+        for (std::size_t u = 0; u < U; ++u) v[u] = src.load(i + u * W);
+        for (std::size_t u = 0; u < U; ++u) pin_in_register(v[u]);
+        for (std::size_t u = 0; u < U; ++u) ops::store(y + i + u * W, interleaved_rotate(v[u], cv[u], sv[u]));
+    }
+
+    template <class Src, class D>
+    static void interleaved_head(const Src& src, D* y, std::size_t r, const float* cdup, const float* sdup) noexcept {
         constexpr std::size_t U = il_unroll;
         std::size_t i = 0;
         fbatch cv[U], sv[U];
         for (; i + U * W <= r; i += U * W) {
             load_row<U>(cdup, sdup, i, cv, sv);
-            interleaved_chunk<U>(x, y, i, cv, sv);
+            interleaved_chunk<U>(src, y, i, cv, sv);
         }
         for (; i + W <= r; i += W) {
             load_row<1>(cdup, sdup, i, cv, sv);
-            interleaved_chunk<1>(x, y, i, cv, sv);
+            interleaved_chunk<1>(src, y, i, cv, sv);
         }
-        if (i < r) {  // the same vector code on a zero-padded copy
-            S in[W] = {};
-            D out[W];
-            for (std::size_t k = 0; k < r - i; ++k) in[k] = x[i + k];
+        if (i < r) {
             load_row<1>(cdup, sdup, i, cv, sv);
-            interleaved_chunk<1>(in, out, 0, cv, sv);
-            for (std::size_t k = 0; k < r - i; ++k) y[i + k] = out[k];
+            store_partial(y + i, interleaved_rotate(src.load_padded(i, r - i), cv[0], sv[0]), r - i);
         }
     }
 
-    /// y[from, to) = x[from, to) converted (lanes that pass through an out-of-place call).
+    /// y[from, to) = src's lanes [from, to) (lanes that pass through an out-of-place or normed call).
+    template <class Src, class D>
+    static void copy_lanes(const Src& src, D* y, std::size_t from, std::size_t to) noexcept {
+        std::size_t i = from;
+        for (; i + W <= to; i += W) ops::store(y + i, src.load(i));
+        if (i < to) store_partial(y + i, src.load_padded(i, to - i), to - i);
+    }
     template <class S, class D>
-    static void copy_lanes(const S* x, D* y, std::size_t from, std::size_t to) noexcept {
+    static void copy_lanes(const stored_lanes<S>& src, D* y, std::size_t from, std::size_t to) noexcept {
         if constexpr (std::is_same_v<S, D>) {
-            std::memcpy(y + from, x + from, (to - from) * sizeof(S));
+            std::memcpy(y + from, src.x + from, (to - from) * sizeof(S));
         } else {
             std::size_t i = from;
-            for (; i + W <= to; i += W) ops::store(y + i, ops::load(x + i));
-            if (i < to) {
-                S in[W] = {};
-                D out[W];
-                for (std::size_t k = 0; k < to - i; ++k) in[k] = x[i + k];
-                ops::store(out, ops::load(in));
-                for (std::size_t k = 0; k < to - i; ++k) y[i + k] = out[k];
-            }
+            for (; i + W <= to; i += W) ops::store(y + i, src.load(i));
+            if (i < to) store_partial(y + i, src.load_padded(i, to - i), to - i);
         }
     }
 
     // ---- fused per-head RMSNorm ---------------------------------------------------------------------
 
-    /// local[0, head_dim) = x converted to float, then ·(1/√(mean(x²) + eps))·w. local has room for
-    /// head_dim rounded up to 16 (zeroed there). The sum of squares is taken in a fixed order for
-    /// every width: 16 partial sums (lane j collects x[16k + j]², k increasing, one FMA each), then a
-    /// fixed pairwise tree; the mean and the inverse square root in double, rounded once to float.
-    template <class S>
-    static void rms_normalise(const S* x, float* local, std::size_t head_dim, const float* w, double eps) noexcept {
-        const std::size_t padded = (head_dim + 15) / 16 * 16;
-        std::size_t i = 0;
-        for (; i + W <= head_dim; i += W) ops::store(local + i, ops::load(x + i));
-        if (i < head_dim) {
-            S in[W] = {};
-            for (std::size_t k = 0; k < head_dim - i; ++k) in[k] = x[i + k];
-            ops::store(local + i, ops::load(in));
-            i += W;
-        }
-        for (; i < padded; ++i) local[i] = 0.0f;
-        constexpr std::size_t B = 16 / W;
-        fbatch acc[B];
-        for (std::size_t b = 0; b < B; ++b) acc[b] = fbatch(0.0f);
-        for (std::size_t k = 0; k < padded; k += 16)
-            for (std::size_t b = 0; b < B; ++b) {
-                const fbatch v = fbatch::load_aligned(local + k + b * W);
-                acc[b] = ops::fma(v, v, acc[b]);
+    template <std::size_t Step>
+    struct lanes_above {  // lane j takes lane j + Step (the lanes past the batch wrap; they are unused)
+        static constexpr unsigned get(unsigned i, unsigned n) noexcept { return (i + Step) % n; }
+    };
+
+    /// Σx² over head_dim lanes of G heads (x + g·stride), into out[0, G), in a fixed order for every
+    /// width: 16 partial sums per head (lane j collects x[16k + j]², k increasing, one FMA each), then
+    /// a fixed pairwise tree (j += j + 8, then + 4, + 2, + 1), all in registers. G heads at once: their
+    /// FMA chains interleave (one head's chain alone is latency-bound).
+    template <std::size_t G, class S>
+    static void sums_of_squares(const S* x, std::size_t stride, std::size_t head_dim, float* out) noexcept {
+        constexpr std::size_t B = norm_lanes / W;
+        fbatch acc[G][B];
+        for (std::size_t g = 0; g < G; ++g)
+            for (std::size_t b = 0; b < B; ++b) acc[g][b] = fbatch(0.0f);
+        std::size_t k = 0;
+        for (; k + norm_lanes <= head_dim; k += norm_lanes)
+            for (std::size_t g = 0; g < G; ++g)
+                for (std::size_t b = 0; b < B; ++b) {
+                    const fbatch v = ops::load(x + g * stride + k + b * W);
+                    acc[g][b] = ops::fma(v, v, acc[g][b]);
+                }
+        for (std::size_t g = 0; g < G; ++g) {
+            const stored_lanes<S> src{x + g * stride};
+            for (std::size_t b = 0; b < B && k + b * W < head_dim; ++b) {
+                const std::size_t from = k + b * W, m = head_dim - from;
+                const fbatch v = m >= W ? src.load(from) : src.load_padded(from, m);
+                acc[g][b] = ops::fma(v, v, acc[g][b]);
             }
-        alignas(64) float part[16];
-        for (std::size_t b = 0; b < B; ++b) acc[b].store_aligned(part + b * W);
-        for (std::size_t step = 8; step >= 1; step /= 2)
-            for (std::size_t j = 0; j < step; ++j) part[j] += part[j + step];
-        const double mean = static_cast<double>(part[0]) / static_cast<double>(head_dim);
-        const float scale = static_cast<float>(1.0 / std::sqrt(mean + eps));
-        const fbatch sc(scale);
-        i = 0;
-        for (; i + W <= head_dim; i += W)
-            ((fbatch::load_aligned(local + i) * sc) * fbatch::load_unaligned(w + i)).store_aligned(local + i);
-        for (; i < head_dim; ++i) local[i] = (local[i] * scale) * w[i];  // the same two roundings per lane
+            for (std::size_t step = B / 2; step >= 1; step /= 2)  // tree steps of W lanes or more
+                for (std::size_t b = 0; b < step; ++b) acc[g][b] = acc[g][b] + acc[g][b + step];
+            fbatch v = acc[g][0];  // the steps within a vector
+            static_assert(W <= 16);
+            if constexpr (W >= 16) v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<8>>());
+            if constexpr (W >= 8) v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<4>>());
+            v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<2>>());
+            v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<1>>());
+            out[g] = v.get(0);
+        }
+    }
+
+    /// out[h] = 1/√(sums[h]/head_dim + eps) for h < count, in double, each rounded once to float;
+    /// a vector at a time (no head waits on its own division and square root).
+    static void inverse_rms(const float* sums, std::size_t count, std::size_t head_dim, double eps, float* out) noexcept {
+        const dbatch d(static_cast<double>(head_dim)), e(eps), one(1.0);
+        for (std::size_t h = 0; h < count; h += WD) {
+            alignas(64) double v[WD] = {};
+            for (std::size_t k = 0; k < WD && h + k < count; ++k) v[k] = static_cast<double>(sums[h + k]);
+            (one / xsimd::sqrt(dbatch::load_aligned(v) / d + e)).store_aligned(v);
+            for (std::size_t k = 0; k < WD && h + k < count; ++k) out[h + k] = static_cast<float>(v[k]);
+        }
+    }
+
+    /// Asks for the lines `bytes` past p (a hint: it never faults, also past the end of a buffer, and
+    /// the address is computed without pointer arithmetic).
+    template <int ForWriting>
+    static void prefetch_lines(const void* p, std::size_t ahead, std::size_t bytes) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + ahead;
+        for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(reinterpret_cast<const void*>(at + b), ForWriting);
+#else
+        (void)p, (void)ahead, (void)bytes;
+#endif
     }
 
     // ---- one tensor of one token ------------------------------------------------------------------
@@ -392,72 +454,108 @@ struct kernels {
         const float *c, *s, *cdup, *sdup;
     };
 
-    template <std::size_t U, class S, class D>
-    static void half_split_hoisted(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
+    /// Head x → y of the next token, asked for while this one is rotated: the hardware prefetcher
+    /// alone left the loads waiting on memory (on this project's VM: in-place S1 10–20% faster, the
+    /// fused norm's first pass over a head no longer stalls the rotations).
+    template <class S, class D>
+    static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
+        prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
+        if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
+    }
+
+    /// The token's row kept in registers for every head; `src_of(h)` is head h's lane source.
+    template <std::size_t U, class Heads, class D>
+    static void half_split_hoisted(const view_args& v, const Heads& src_of, D* y, const token_rows& tr) noexcept {
         fbatch cv[U], sv[U];
         load_row<U>(tr.c, tr.s, 0, cv, sv);
-        for (std::size_t h = 0; h < v.heads; ++h)
-            half_split_chunk<U>(x + h * v.src_head_stride, y + h * v.dst_head_stride, 0, tr.n, cv, sv);
+        for (std::size_t h = 0; h < v.heads; ++h) {
+            prefetch_next_token(v, src_of(h).x, y + h * v.dst_head_stride, tr);
+            half_split_chunk<U>(src_of(h), y + h * v.dst_head_stride, 0, tr.n, cv, sv);
+        }
     }
 
-    template <std::size_t U, class S, class D>
-    static void interleaved_hoisted(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
+    template <std::size_t U, class Heads, class D>
+    static void interleaved_hoisted(const view_args& v, const Heads& src_of, D* y, const token_rows& tr) noexcept {
         fbatch cv[U], sv[U];
         load_row<U>(tr.cdup, tr.sdup, 0, cv, sv);
-        for (std::size_t h = 0; h < v.heads; ++h)
-            interleaved_chunk<U>(x + h * v.src_head_stride, y + h * v.dst_head_stride, 0, cv, sv);
+        for (std::size_t h = 0; h < v.heads; ++h) {
+            prefetch_next_token(v, src_of(h).x, y + h * v.dst_head_stride, tr);
+            interleaved_chunk<U>(src_of(h), y + h * v.dst_head_stride, 0, cv, sv);
+        }
     }
 
-    template <class S, class D>
-    static bool try_hoisted(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
+    template <class Heads, class D>
+    static bool try_hoisted(const view_args& v, const Heads& src_of, D* y, const token_rows& tr) noexcept {
         if (tr.interleaved) {
             if (tr.r % W != 0 || tr.r / W > il_unroll) return false;
             switch (tr.r / W) {
-                case 1: return interleaved_hoisted<1>(v, x, y, tr), true;
-                case 2: return interleaved_hoisted<2>(v, x, y, tr), true;
-                case 4: return interleaved_hoisted<4>(v, x, y, tr), true;
-                case 8: if constexpr (il_unroll >= 8) return interleaved_hoisted<8>(v, x, y, tr), true; break;
+                case 1: return interleaved_hoisted<1>(v, src_of, y, tr), true;
+                case 2: return interleaved_hoisted<2>(v, src_of, y, tr), true;
+                case 4: return interleaved_hoisted<4>(v, src_of, y, tr), true;
+                case 8: if constexpr (il_unroll >= 8) return interleaved_hoisted<8>(v, src_of, y, tr), true; break;
                 default: break;
             }
             return false;
         }
         if (tr.n % W != 0 || tr.n / W > hs_unroll) return false;
         switch (tr.n / W) {
-            case 1: return half_split_hoisted<1>(v, x, y, tr), true;
-            case 2: return half_split_hoisted<2>(v, x, y, tr), true;
-            case 4: if constexpr (hs_unroll >= 4) return half_split_hoisted<4>(v, x, y, tr), true; break;
+            case 1: return half_split_hoisted<1>(v, src_of, y, tr), true;
+            case 2: return half_split_hoisted<2>(v, src_of, y, tr), true;
+            case 4: if constexpr (hs_unroll >= 4) return half_split_hoisted<4>(v, src_of, y, tr), true; break;
             default: break;
         }
         return false;
     }
 
-    template <class S, class D>
-    static void rotate_head(const S* x, D* y, const token_rows& tr) noexcept {
-        if (tr.interleaved)
-            interleaved_head(x, y, tr.r, tr.cdup, tr.sdup);
-        else
-            half_split_head(x, y, tr.n, tr.c, tr.s);
+    /// Heads [0, v.heads) of one token: rotated lanes [0, r), lanes [r, head_dim) copied through
+    /// when `pass_through`.
+    template <class Heads, class D>
+    static void rotate_heads(const view_args& v, const Heads& src_of, D* y, const token_rows& tr, bool pass_through) noexcept {
+        if (!try_hoisted(v, src_of, y, tr))
+            for (std::size_t h = 0; h < v.heads; ++h) {
+                D* yh = y + h * v.dst_head_stride;
+                prefetch_next_token(v, src_of(h).x, yh, tr);
+                if (tr.interleaved)
+                    interleaved_head(src_of(h), yh, tr.r, tr.cdup, tr.sdup);
+                else
+                    half_split_head(src_of(h), yh, tr.n, tr.c, tr.s);
+            }
+        if (pass_through && tr.head_dim > tr.r)
+            for (std::size_t h = 0; h < v.heads; ++h) copy_lanes(src_of(h), y + h * v.dst_head_stride, tr.r, tr.head_dim);
     }
 
     template <class S, class D>
     static void view_token(const view_args& v, std::size_t t, const token_rows& tr) noexcept {
         const S* x = static_cast<const S*>(v.src) + t * v.src_token_stride;
         D* y = static_cast<D*>(v.dst) + t * v.dst_token_stride;
-        if (v.norm_weight) {
-            alignas(64) float local[max_rotary_dim + 16];
-            for (std::size_t h = 0; h < v.heads; ++h) {
-                D* yh = y + h * v.dst_head_stride;
-                rms_normalise(x + h * v.src_head_stride, local, tr.head_dim, v.norm_weight, v.norm_eps);
-                rotate_head(static_cast<const float*>(local), yh, tr);
-                if (tr.head_dim > tr.r) copy_lanes(static_cast<const float*>(local), yh, tr.r, tr.head_dim);
-            }
-            return;
+        if (!v.norm_weight)
+            return rotate_heads(v, [&](std::size_t h) { return stored_lanes<S>{x + h * v.src_head_stride}; }, y, tr,
+                                tr.out_of_place);
+        // Fused norm, a block of heads at a time, one block ahead: the sums of squares and scales of
+        // block b + 1 (loads from memory) are computed before block b is rotated (from L1), so that
+        // the reads of the next heads overlap the rotation and no head waits on its own reduction
+        // and square root. In place too: a block's reads all precede its writes.
+        constexpr std::size_t block = 16;
+        float scale[2][block];
+        const auto scales = [&](std::size_t h0, float* out) {
+            float sums[block];
+            const std::size_t count = v.heads - h0 < block ? v.heads - h0 : block;
+            std::size_t h = 0;
+            for (; h + 4 <= count; h += 4) sums_of_squares<4>(x + (h0 + h) * v.src_head_stride, v.src_head_stride, tr.head_dim, sums + h);
+            for (; h < count; ++h) sums_of_squares<1>(x + (h0 + h) * v.src_head_stride, 0, tr.head_dim, sums + h);
+            inverse_rms(sums, count, tr.head_dim, v.norm_eps, out);
+        };
+        scales(0, scale[0]);
+        for (std::size_t h0 = 0, cur = 0; h0 < v.heads; h0 += block, cur ^= 1) {
+            if (h0 + block < v.heads) scales(h0 + block, scale[cur ^ 1]);
+            view_args part = v;
+            part.heads = v.heads - h0 < block ? v.heads - h0 : block;
+            const S* xb = x + h0 * v.src_head_stride;
+            const float* sc = scale[cur];
+            rotate_heads(
+                part, [&](std::size_t h) { return normed_lanes<S>{xb + h * v.src_head_stride, v.norm_weight, fbatch(sc[h])}; },
+                y + h0 * v.dst_head_stride, tr, true);
         }
-        if (!try_hoisted(v, x, y, tr))
-            for (std::size_t h = 0; h < v.heads; ++h) rotate_head(x + h * v.src_head_stride, y + h * v.dst_head_stride, tr);
-        if (tr.out_of_place && tr.head_dim > tr.r)
-            for (std::size_t h = 0; h < v.heads; ++h)
-                copy_lanes(x + h * v.src_head_stride, y + h * v.dst_head_stride, tr.r, tr.head_dim);
     }
 
     template <class F>
