@@ -2,7 +2,7 @@
 // kv_cache: the keys (already transformed), values and positions of one layer's past tokens, for
 // Hkv heads, stored head-major [kv head][token][dim] so that decode reads each head's keys as one
 // contiguous run (a token-major cache interleaves the heads and defeats the prefetcher: measured
-// 0.21-0.30 of the read limit in decode against 0.58 head-major).
+// 0.23 of the read limit in decode against 0.6 head-major).
 //
 //   posenc::rotary<posenc::half_split> rope({.head_dim = 128}, posenc::default_rope{});
 //   posenc::kv_cache cache(rope, {.kv_heads = 8, .head_dim = 128, .capacity = 8192});

@@ -427,7 +427,8 @@ struct kernels {
     static void inverse_rms(const float* sums, std::size_t count, std::size_t head_dim, double eps, float* out) noexcept {
         const dbatch d(static_cast<double>(head_dim)), e(eps), one(1.0);
         for (std::size_t h = 0; h < count; h += WD) {
-            alignas(64) double v[WD] = {};
+            alignas(64) double v[WD];
+            for (std::size_t k = 0; k < WD; ++k) v[k] = 1.0;  // padding: no 1/√0 (a flag, or a trap)
             for (std::size_t k = 0; k < WD && h + k < count; ++k) v[k] = static_cast<double>(sums[h + k]);
             (one / xsimd::sqrt(dbatch::load_aligned(v) / d + e)).store_aligned(v);
             for (std::size_t k = 0; k < WD && h + k < count; ++k) out[h + k] = static_cast<float>(v[k]);
@@ -440,7 +441,8 @@ struct kernels {
     static void prefetch_lines(const void* p, std::size_t ahead, std::size_t bytes) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
         const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + ahead;
-        for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(reinterpret_cast<const void*>(at + b), ForWriting);
+        for (std::uintptr_t line = at & ~std::uintptr_t{63}; line < at + bytes; line += 64)
+            __builtin_prefetch(reinterpret_cast<const void*>(line), ForWriting);
 #else
         (void)p, (void)ahead, (void)bytes;
 #endif
@@ -452,6 +454,7 @@ struct kernels {
         std::size_t head_dim, r, n;
         bool interleaved, out_of_place;
         const float *c, *s, *cdup, *sdup;
+        bool has_next;  ///< a next token in this call (or slice): prefetch it
     };
 
     /// Head x → y of the next token, asked for while this one is rotated: the hardware prefetcher
@@ -459,6 +462,7 @@ struct kernels {
     /// fused norm's first pass over a head no longer stalls the rotations).
     template <class S, class D>
     static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
+        if (!tr.has_next) return;  // (a decode call's one token: nothing to ask for)
         prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
         if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
     }
@@ -590,11 +594,12 @@ struct kernels {
         // Lanes past n are loaded by the tails and the swizzles below: zero, so that padded lanes
         // stay finite (and are discarded).
         for (std::size_t k = n; k < n + W; ++k) c[k] = s[k] = 0.0f;
-        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup};
+        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, false};
         const bool consecutive = !a.rows && !a.table && !a.pos64 && !a.pos32 && a.pos_step == 1;
         consecutive_rows rows;
         if (consecutive) rows.start(a.inv_freq, n);
         for (std::size_t t = 0; t < a.tokens; ++t) {
+            tr.has_next = t + 1 < a.tokens;
             const float* src = nullptr;
             if (a.rows) {
                 src = a.rows + t * r;
