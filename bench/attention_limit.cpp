@@ -4,6 +4,7 @@
 
 #include <posenc/detail/parallel.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -105,6 +106,51 @@ void naive_attention(const float* q, const float* k, const float* v, float* out,
         }
         Eigen::Map<rowmat, 0, Eigen::OuterStride<>> O(out + h * Dv, tq, dv, Eigen::OuterStride<>(static_cast<Eigen::Index>(Hq * Dv)));
         O.noalias() = s * V;
+    }
+}
+
+void tiled_attention(const float* q, const float* k, const float* v, float* out, std::size_t Tq, std::size_t Tk,
+                     std::size_t Hq, std::size_t Hkv, std::size_t D, std::size_t Dv, const double* slopes, bool causal,
+                     float scale) {
+    constexpr Eigen::Index B = 64;  // query and key tiles, as posenc's kernel
+    const auto tq = static_cast<Eigen::Index>(Tq), tk = static_cast<Eigen::Index>(Tk);
+    const auto d = static_cast<Eigen::Index>(D), dv = static_cast<Eigen::Index>(Dv);
+    const std::size_t G = Hq / Hkv;
+    const float ninf = -std::numeric_limits<float>::infinity();
+    rowmat s(B, B), acc(B, dv);
+    Eigen::ArrayXf m(B), l(B);
+    for (std::size_t h = 0; h < Hq; ++h) {
+        const cmap Q(q + h * D, tq, d, Eigen::OuterStride<>(static_cast<Eigen::Index>(Hq * D)));
+        const cmap K(k + (h / G) * D, tk, d, Eigen::OuterStride<>(static_cast<Eigen::Index>(Hkv * D)));
+        const cmap V(v + (h / G) * Dv, tk, dv, Eigen::OuterStride<>(static_cast<Eigen::Index>(Hkv * Dv)));
+        Eigen::Map<rowmat, 0, Eigen::OuterStride<>> O(out + h * Dv, tq, dv, Eigen::OuterStride<>(static_cast<Eigen::Index>(Hq * Dv)));
+        for (Eigen::Index q0 = 0; q0 < tq; q0 += B) {
+            const Eigen::Index nq = std::min(B, tq - q0);
+            m.setConstant(ninf);
+            l.setZero();
+            acc.setZero();
+            const Eigen::Index end = causal ? std::min(tk, tk - tq + q0 + nq) : tk;  // keys any row of the tile sees
+            for (Eigen::Index k0 = 0; k0 < end; k0 += B) {
+                const Eigen::Index nk = std::min(B, tk - k0);
+                auto S = s.topLeftCorner(nq, nk);
+                S.noalias() = scale * (Q.middleRows(q0, nq) * K.middleRows(k0, nk).transpose());
+                for (Eigen::Index i = 0; i < nq; ++i) {
+                    const Eigen::Index qi = tk - tq + q0 + i;
+                    for (Eigen::Index j = 0; j < nk; ++j) {
+                        if (slopes) S(i, j) += static_cast<float>(-slopes[h] * static_cast<double>(qi - (k0 + j)));
+                        if (causal && k0 + j > qi) S(i, j) = ninf;
+                    }
+                    const float mi = std::max(m(i), S.row(i).maxCoeff());  // finite: key 0 is visible in tile 0
+                    S.row(i) = (S.row(i).array() - mi).exp().matrix();
+                    const float correction = std::exp(m(i) - mi);
+                    l(i) = l(i) * correction + S.row(i).sum();
+                    acc.row(i) *= correction;
+                    m(i) = mi;
+                }
+                acc.topRows(nq).noalias() += S * V.middleRows(k0, nk);
+            }
+            O.middleRows(q0, nq) = (acc.topRows(nq).array().colwise() / l.head(nq)).matrix();
+        }
     }
 }
 

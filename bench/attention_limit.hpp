@@ -26,4 +26,11 @@ void naive_attention(const float* q, const float* k, const float* v, float* out,
                      std::size_t Hq, std::size_t Hkv, std::size_t D, std::size_t Dv, const double* slopes, bool causal,
                      float scale);
 
+/// The same as naive_attention, tiled like posenc's kernel (64 queries × 64 keys, online softmax, fully
+/// masked key tiles skipped) with Eigen GEMMs for the tile products: the Eigen variant the attention
+/// kernel's xsimd micro-kernels are measured against (eigen-tiles/S5).
+void tiled_attention(const float* q, const float* k, const float* v, float* out, std::size_t Tq, std::size_t Tk,
+                     std::size_t Hq, std::size_t Hkv, std::size_t D, std::size_t Dv, const double* slopes, bool causal,
+                     float scale);
+
 }  // namespace posenc_bench

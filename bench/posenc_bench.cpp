@@ -20,6 +20,8 @@
 //   limit/S5, limit/S5-rope     one head's Eigen GEMMs QKᵀ and PV per thread (-march=native): FLOP/s
 //   limit/S6                    a read pass over the cache's K and V: bytes/s
 //   naive/<shape>               materialised scores and softmax (Eigen GEMMs), 1 thread
+//   eigen-tiles/S5              S5 tiled like the kernel with Eigen GEMMs for the tile products, 1 thread,
+//                               timed alternately with attention/S5: posenc_speedup, max_abs_diff
 //
 // Attention reports FLOP/s of the useful work (4·heads·D·visible pairs: causal counts the unmasked
 // part) and limit_fraction = its FLOP/s over the limit GEMM's, both timed alternately in the same
@@ -658,6 +660,43 @@ void attention_naive(benchmark::State& state, const attn_def& s) {
     state.counters["FLOP/s"] = benchmark::Counter(useful_flops(s), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// eigen-tiles/S5: the tiled online-softmax attention with Eigen GEMMs for the tile products (the design
+// the attention issue named first), timed alternately with posenc's kernel on the same S5 inputs.
+// Counters: FLOP/s (useful FLOPs, as attention/S5), posenc_speedup (Eigen-tiles time ÷ posenc time)
+// and max_abs_diff (the two outputs, so that both compute the same attention).
+void attention_eigen_tiles(benchmark::State& state) {
+    const attn_def& s = S5;
+    auto& b = data_for(s);
+    using clock = std::chrono::steady_clock;
+    const auto slopes = posenc::alibi_slopes(s.Hq, 8.0);
+    const posenc::alibi_bias alibi({.heads = s.Hq, .max_bias = 8});
+    auto Q = posenc::heads_view<float>(std::span<float>(b.q), {s.Tq, s.Hq, s.D});
+    auto K = posenc::heads_view<float>(std::span<float>(b.k), {s.Tk, s.Hkv, s.D});
+    auto V = posenc::heads_view<float>(std::span<float>(b.v), {s.Tk, s.Hkv, s.D});
+    aligned_vector eigen_out(b.out.size());
+    auto O = posenc::heads_view<float>(std::span<float>(b.out), {s.Tq, s.Hq, s.D});
+    const auto pos = posenc::position_ids::consecutive(0, s.Tk);
+    double eigen_seconds = 0, posenc_seconds = 0;
+    for (auto _ : state) {
+        const auto t0 = clock::now();
+        posenc_bench::tiled_attention(b.q.data(), b.k.data(), b.v.data(), eigen_out.data(), s.Tq, s.Tk, s.Hq, s.Hkv, s.D, s.D,
+                                      slopes.data(), true, static_cast<float>(1.0 / std::sqrt(double(s.D))));
+        benchmark::ClobberMemory();
+        const auto t1 = clock::now();
+        posenc::attention(posenc::attention_encoding{posenc::nope{}, alibi}, Q, K, V, O, pos, pos, posenc::causal_mask{});
+        benchmark::ClobberMemory();
+        const auto t2 = clock::now();
+        eigen_seconds += std::chrono::duration<double>(t1 - t0).count();
+        posenc_seconds += std::chrono::duration<double>(t2 - t1).count();
+        state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    }
+    float diff = 0;
+    for (std::size_t i = 0; i < b.out.size(); ++i) diff = std::max(diff, std::abs(b.out[i] - eigen_out[i]));
+    state.counters["FLOP/s"] = benchmark::Counter(useful_flops(s), benchmark::Counter::kIsIterationInvariantRate);
+    if (posenc_seconds > 0) state.counters["posenc_speedup"] = eigen_seconds / posenc_seconds;
+    state.counters["max_abs_diff"] = diff;
+}
+
 // kv_cache/append: S1's K and a V of the same shape appended to an empty cache (K rotated on the way in, one
 // read and one write), against a copy pass of the same bytes (K and V, source to a separate buffer),
 // timed alternately. bytes/s counts read + written.
@@ -725,6 +764,7 @@ void register_attention() {
             ->Unit(benchmark::kMillisecond)
             ->UseManualTime();
     }
+    benchmark::RegisterBenchmark("eigen-tiles/S5", attention_eigen_tiles)->Unit(benchmark::kMillisecond)->UseManualTime();
     for (const attn_def* s : {&S5, &S5_rope, &S6})
         benchmark::RegisterBenchmark((std::string("naive/") + s->name).c_str(),
                                      [s](benchmark::State& st) { attention_naive(st, *s); })
