@@ -6,13 +6,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace posenc_bench {
 
 /// In limit_avx2.cpp, compiled with -mavx2 -mfma; call only where the CPU has AVX2.
 void scale_avx2(float* x, std::size_t n, float a) noexcept;
-/// dst ← src, prefetching both 8 KiB ahead: the copy limit of kv/append and kv_cache/append.
+/// dst ← src, prefetching both 8 KiB ahead: the copy limit of kv/append and kv_cache/append (through
+/// copy_pass in attention_limit.hpp).
 void copy_avx2(const float* src, float* dst, std::size_t n) noexcept;
 /// x ^= 0x8000 over 16-bit values (flips the sign of bf16/fp16): the in-place pass of S1-bf16/fp16.
 void flip16_avx2(std::uint16_t* x, std::size_t n) noexcept;
@@ -25,14 +25,6 @@ inline void flip16_in_place(std::uint16_t* x, std::size_t n, unsigned threads) {
     };
     if (threads <= 1) return run(0, n);
     posenc::detail::parallel_slices(threads, n, run);
-}
-
-/// The copy limit on one slice: copy_avx2 where the CPU has AVX2 (10–20% faster than memcpy on this
-/// project's VM), else memcpy.
-inline void copy_floats(const float* src, float* dst, std::size_t n) {
-    static const bool avx2 = posenc::simd::compat::cpu_supports<xsimd::fma3<xsimd::avx2>>();
-    if (avx2) return copy_avx2(src, dst, n);
-    std::memcpy(dst, src, n * sizeof(float));
 }
 
 inline void scale_in_place(float* x, std::size_t n, float a, unsigned threads) {

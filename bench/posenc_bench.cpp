@@ -296,7 +296,7 @@ void kv_append(benchmark::State& state) {
     const posenc::heads_view<float> dv(dst, {S1_tokens, S1_kv_heads, S1_head_dim});
     const auto pos = posenc::position_ids::consecutive(slot, S1_tokens);
     paired(
-        state, 2.0 * static_cast<double>(n * sizeof(float)), [&] { posenc_bench::copy_floats(src.data(), dst, n); },
+        state, 2.0 * static_cast<double>(n * sizeof(float)), [&] { posenc_bench::copy_pass(src.data(), dst, n, 1); },
         [&] { rope.apply_into(table, sv, dv, pos); });
 }
 

@@ -361,17 +361,12 @@ struct kernels {
         }
     }
 
-    /// y[from, to) = src's lanes [from, to) (lanes that pass through an out-of-place or normed call).
+    /// y[from, to) = src's lanes [from, to) (lanes that pass through an out-of-place or normed call);
+    /// stored lanes of the destination's type are copied as they are.
     template <class Src, class D>
     static void copy_lanes(const Src& src, D* y, std::size_t from, std::size_t to) noexcept {
-        std::size_t i = from;
-        for (; i + W <= to; i += W) ops::store(y + i, src.load(i));
-        if (i < to) store_partial(y + i, src.load_padded(i, to - i), to - i);
-    }
-    template <class S, class D>
-    static void copy_lanes(const stored_lanes<S>& src, D* y, std::size_t from, std::size_t to) noexcept {
-        if constexpr (std::is_same_v<S, D>) {
-            std::memcpy(y + from, src.x + from, (to - from) * sizeof(S));
+        if constexpr (std::is_same_v<Src, stored_lanes<D>>) {
+            std::memcpy(y + from, src.x + from, (to - from) * sizeof(D));
         } else {
             std::size_t i = from;
             for (; i + W <= to; i += W) ops::store(y + i, src.load(i));
@@ -386,44 +381,39 @@ struct kernels {
         static constexpr unsigned get(unsigned i, unsigned n) noexcept { return (i + Step) % n; }
     };
 
-    /// Σx² over head_dim lanes of G heads (x + g·stride), into out[0, G), in a fixed order for every
-    /// width: 16 partial sums per head (lane j collects x[16k + j]², k increasing, one FMA each), then
-    /// a fixed pairwise tree (j += j + 8, then + 4, + 2, + 1), all in registers. G heads at once: their
-    /// FMA chains interleave (one head's chain alone is latency-bound).
-    template <std::size_t G, class S>
-    static void sums_of_squares(const S* x, std::size_t stride, std::size_t head_dim, float* out) noexcept {
+    /// Σx² over a head's head_dim lanes, in a fixed order for every width: 16 partial sums (lane j
+    /// collects x[16k + j]², k increasing, one FMA each), then a fixed pairwise tree (j += j + 8, then
+    /// + 4, + 2, + 1), all in registers.
+    template <class S>
+    static float sum_of_squares(const S* x, std::size_t head_dim) noexcept {
         constexpr std::size_t B = norm_lanes / W;
-        fbatch acc[G][B];
-        for (std::size_t g = 0; g < G; ++g)
-            for (std::size_t b = 0; b < B; ++b) acc[g][b] = fbatch(0.0f);
+        const stored_lanes<S> src{x};
+        fbatch acc[B];
+        for (std::size_t b = 0; b < B; ++b) acc[b] = fbatch(0.0f);
         std::size_t k = 0;
         for (; k + norm_lanes <= head_dim; k += norm_lanes)
-            for (std::size_t g = 0; g < G; ++g)
-                for (std::size_t b = 0; b < B; ++b) {
-                    const fbatch v = ops::load(x + g * stride + k + b * W);
-                    acc[g][b] = ops::fma(v, v, acc[g][b]);
-                }
-        for (std::size_t g = 0; g < G; ++g) {
-            const stored_lanes<S> src{x + g * stride};
-            for (std::size_t b = 0; b < B && k + b * W < head_dim; ++b) {
-                const std::size_t from = k + b * W, m = head_dim - from;
-                const fbatch v = m >= W ? src.load(from) : src.load_padded(from, m);
-                acc[g][b] = ops::fma(v, v, acc[g][b]);
+            for (std::size_t b = 0; b < B; ++b) {
+                const fbatch v = src.load(k + b * W);
+                acc[b] = ops::fma(v, v, acc[b]);
             }
-            for (std::size_t step = B / 2; step >= 1; step /= 2)  // tree steps of W lanes or more
-                for (std::size_t b = 0; b < step; ++b) acc[g][b] = acc[g][b] + acc[g][b + step];
-            fbatch v = acc[g][0];  // the steps within a vector
-            static_assert(W <= 16);
-            if constexpr (W >= 16) v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<8>>());
-            if constexpr (W >= 8) v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<4>>());
-            v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<2>>());
-            v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<1>>());
-            out[g] = v.get(0);
+        for (std::size_t b = 0; b < B && k + b * W < head_dim; ++b) {
+            const std::size_t from = k + b * W, m = head_dim - from;
+            const fbatch v = m >= W ? src.load(from) : src.load_padded(from, m);
+            acc[b] = ops::fma(v, v, acc[b]);
         }
+        for (std::size_t step = B / 2; step >= 1; step /= 2)  // tree steps of W lanes or more
+            for (std::size_t b = 0; b < step; ++b) acc[b] = acc[b] + acc[b + step];
+        fbatch v = acc[0];  // the steps within a vector
+        static_assert(W <= 16);
+        if constexpr (W >= 16) v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<8>>());
+        if constexpr (W >= 8) v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<4>>());
+        v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<2>>());
+        v = v + xsimd::swizzle(v, compat::swizzle_mask<Arch, lanes_above<1>>());
+        return v.get(0);
     }
 
     /// out[h] = 1/√(sums[h]/head_dim + eps) for h < count, in double, each rounded once to float;
-    /// a vector at a time (no head waits on its own division and square root).
+    /// a vector at a time (no head waits on its own division and square root); out may be sums.
     static void inverse_rms(const float* sums, std::size_t count, std::size_t head_dim, double eps, float* out) noexcept {
         const dbatch d(static_cast<double>(head_dim)), e(eps), one(1.0);
         for (std::size_t h = 0; h < count; h += WD) {
@@ -538,27 +528,17 @@ struct kernels {
         if (!v.norm_weight)
             return rotate_heads(v, [&](std::size_t h) { return stored_lanes<S>{x + h * v.src_head_stride}; }, y, tr,
                                 tr.out_of_place);
-        // Fused norm, a block of heads at a time, one block ahead: the sums of squares and scales of
-        // block b + 1 (loads from memory) are computed before block b is rotated (from L1), so that
-        // the reads of the next heads overlap the rotation and no head waits on its own reduction
-        // and square root. In place too: a block's reads all precede its writes.
+        // Fused norm, a block of heads at a time: every head's sum of squares and the block's scales
+        // first (no head waits on its own reduction and square root), then the rotations, reading the
+        // block again from L1 (in place too: a block's reads all precede its writes).
         constexpr std::size_t block = 16;
-        float scale[2][block];
-        const auto scales = [&](std::size_t h0, float* out) {
-            float sums[block];
-            const std::size_t count = v.heads - h0 < block ? v.heads - h0 : block;
-            std::size_t h = 0;
-            for (; h + 4 <= count; h += 4) sums_of_squares<4>(x + (h0 + h) * v.src_head_stride, v.src_head_stride, tr.head_dim, sums + h);
-            for (; h < count; ++h) sums_of_squares<1>(x + (h0 + h) * v.src_head_stride, 0, tr.head_dim, sums + h);
-            inverse_rms(sums, count, tr.head_dim, v.norm_eps, out);
-        };
-        scales(0, scale[0]);
-        for (std::size_t h0 = 0, cur = 0; h0 < v.heads; h0 += block, cur ^= 1) {
-            if (h0 + block < v.heads) scales(h0 + block, scale[cur ^ 1]);
+        for (std::size_t h0 = 0; h0 < v.heads; h0 += block) {
             view_args part = v;
             part.heads = v.heads - h0 < block ? v.heads - h0 : block;
             const S* xb = x + h0 * v.src_head_stride;
-            const float* sc = scale[cur];
+            float sc[block];
+            for (std::size_t h = 0; h < part.heads; ++h) sc[h] = sum_of_squares(xb + h * v.src_head_stride, tr.head_dim);
+            inverse_rms(sc, part.heads, tr.head_dim, v.norm_eps, sc);
             rotate_heads(
                 part, [&](std::size_t h) { return normed_lanes<S>{xb + h * v.src_head_stride, v.norm_weight, fbatch(sc[h])}; },
                 y + h0 * v.dst_head_stride, tr, true);
