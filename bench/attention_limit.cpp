@@ -80,6 +80,17 @@ float read_pass(const float* x, std::size_t n, unsigned threads) {
     return total;
 }
 
+namespace {
+/// Scores of the query at position qi against keys k0 … k0 + n − 1: + ALiBi's −m·(qi − j) when a
+/// slope is given, −∞ for keys after the query when causal.
+void bias_and_mask(float* row, Eigen::Index n, Eigen::Index qi, Eigen::Index k0, const double* slope, bool causal) {
+    for (Eigen::Index j = 0; j < n; ++j) {
+        if (slope) row[j] += static_cast<float>(-*slope * static_cast<double>(qi - (k0 + j)));
+        if (causal && k0 + j > qi) row[j] = -std::numeric_limits<float>::infinity();
+    }
+}
+}  // namespace
+
 void naive_attention(const float* q, const float* k, const float* v, float* out, std::size_t Tq, std::size_t Tk,
                      std::size_t Hq, std::size_t Hkv, std::size_t D, std::size_t Dv, const double* slopes, bool causal,
                      float scale) {
@@ -94,11 +105,7 @@ void naive_attention(const float* q, const float* k, const float* v, float* out,
         s.noalias() = scale * (Q * K.transpose());
         for (Eigen::Index i = 0; i < tq; ++i) {
             const Eigen::Index qi = tk - tq + i;  // the query's position
-            float* row = s.data() + i * tk;
-            for (Eigen::Index j = 0; j < tk; ++j) {
-                if (slopes) row[j] += static_cast<float>(-slopes[h] * static_cast<double>(qi - j));
-                if (causal && j > qi) row[j] = -std::numeric_limits<float>::infinity();
-            }
+            bias_and_mask(s.data() + i * tk, tk, qi, 0, slopes ? &slopes[h] : nullptr, causal);
             auto r = s.row(i).array();
             const float m = r.maxCoeff();
             r = (r - m).exp();
@@ -136,10 +143,7 @@ void tiled_attention(const float* q, const float* k, const float* v, float* out,
                 S.noalias() = scale * (Q.middleRows(q0, nq) * K.middleRows(k0, nk).transpose());
                 for (Eigen::Index i = 0; i < nq; ++i) {
                     const Eigen::Index qi = tk - tq + q0 + i;
-                    for (Eigen::Index j = 0; j < nk; ++j) {
-                        if (slopes) S(i, j) += static_cast<float>(-slopes[h] * static_cast<double>(qi - (k0 + j)));
-                        if (causal && k0 + j > qi) S(i, j) = ninf;
-                    }
+                    bias_and_mask(&S(i, 0), nk, qi, k0, slopes ? &slopes[h] : nullptr, causal);
                     const float mi = std::max(m(i), S.row(i).maxCoeff());  // finite: key 0 is visible in tile 0
                     S.row(i) = (S.row(i).array() - mi).exp().matrix();
                     const float correction = std::exp(m(i) - mi);
