@@ -158,6 +158,74 @@ struct arch_ops {
         }
     }
 
+    // ---- bf16 word pairs (AVX2) ------------------------------------------------------------------------
+    // 2W bf16 values read as W 32-bit words: the even element is a word's low half, the odd one its
+    // high half. Widening is one shift or one mask per W lanes; the narrowing store rounds and merges
+    // two vectors with one 16-bit blend (no cross-lane packing). Each lane gets the bits store(bf16*)
+    // gives it; the caller pairs its cos/sin lanes the same way (pair_lanes).
+    static constexpr bool has_bf16_pairs = is_avx2;
+
+    struct lane_pairs {
+        fbatch even, odd;
+    };
+
+    static lane_pairs load_pairs(const bf16* p) noexcept {
+#if defined(__AVX2__)
+        if constexpr (is_avx2) {
+            const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+            return {_mm256_castsi256_ps(_mm256_slli_epi32(u, 16)),
+                    _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))))};
+        } else
+#endif
+        {
+            (void)p;
+            return {fbatch(0.0f), fbatch(0.0f)};  // not reached: callers check has_bf16_pairs
+        }
+    }
+
+    /// out[0, W) = the even lanes of x[0, 2W), out[W, 2W) = the odd ones.
+    static void pair_lanes(const float* x, float* out) noexcept {
+#if defined(__AVX2__)
+        if constexpr (is_avx2) {
+            const __m256 a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + W);
+            const auto in_order = [](__m256 v) noexcept {  // (a0 a2 b0 b2 | a4 a6 b4 b6) → (a0 a2 a4 a6 b0 b2 b4 b6)
+                return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
+            };
+            _mm256_storeu_ps(out, in_order(_mm256_shuffle_ps(a, b, 0x88)));
+            _mm256_storeu_ps(out + W, in_order(_mm256_shuffle_ps(a, b, 0xDD)));
+        } else
+#endif
+        {
+            (void)x, (void)out;  // not reached: callers check has_bf16_pairs
+        }
+    }
+
+    /// Stores round(even) to p[0], p[2], …, round(odd) to p[1], p[3], … (round as store(bf16*)).
+    /// Precondition: a NaN lane is quiet and its low 16 bits are 0 — true of every NaN that float
+    /// arithmetic makes from bf16-widened operands and NaN-free cos/sin rows (x86 returns the default
+    /// NaN or a NaN operand, quieted, whose low bits are 0), which is how the kernels call it. Such a
+    /// NaN needs no special case: it rounds to its top bits, quiet bit included. (Checked for all 2³²
+    /// inputs against store(bf16*): equal everywhere but at signalling NaNs.)
+    static void store_pairs(bf16* p, const fbatch& even, const fbatch& odd) noexcept {
+#if defined(__AVX2__)
+        if constexpr (is_avx2) {
+            // Round half up, u + 0x8000, then undo the round-up of an exact tie to an even value: a tie
+            // (low half 0x8000) leaves a zero low half, and its rounded-up high half is odd exactly when
+            // the even choice was the one below, so clearing bit 0 there gives round-half-to-even.
+            const __m256i half = _mm256_set1_epi32(0x8000);
+            const __m256i e = _mm256_add_epi32(_mm256_castps_si256(even), half);
+            const __m256i o = _mm256_add_epi32(_mm256_castps_si256(odd), half);
+            const __m256i high = _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xAA);
+            const __m256i low = _mm256_blend_epi16(e, _mm256_slli_epi32(o, 16), 0xAA);
+            const __m256i keep = _mm256_adds_epu16(low, _mm256_set1_epi16(-2));  // 0xFFFE at a tie, else 0xFFFF
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_and_si256(high, keep));
+        } else
+#endif
+        {
+            (void)p, (void)even, (void)odd;  // not reached: callers check has_bf16_pairs
+        }
+    }
+
     static void store(fp16* p, const fbatch& v) noexcept {
 #if defined(__AVX512F__)
         if constexpr (is_avx512) {

@@ -259,6 +259,16 @@ struct kernels {
         for (std::size_t k = 0; k < m; ++k) y[k] = out[k];
     }
 
+    /// One token's cos/sin rows, in the orders the rotations read them.
+    struct token_rows {
+        std::size_t head_dim, r, n;
+        bool interleaved, out_of_place;
+        const float *c, *s;        // compact, direction applied
+        const float *cdup, *sdup;  // interleaved: per lane, (c₀, c₀, c₁, c₁, …), (−s₀, s₀, −s₁, s₁, …)
+        const float *cpair, *spair;  // half-split bf16 pairs: per 2W lanes, the even ones, then the odd ones
+        bool pairs;                  // bf16 word pairs allowed: the rows hold no NaN (ops::store_pairs)
+    };
+
     // ---- rotations -------------------------------------------------------------------------------
     // Each head's chunk of U vectors is loaded completely before any of it is stored. When a token's
     // whole cos/sin row fits in registers (e.g. 128 lanes in AVX-512), it is loaded once per token
@@ -304,10 +314,29 @@ struct kernels {
         }
     }
 
+    /// Stored bf16 rotated into bf16 goes 2W lanes at a time through word pairs (ops::load_pairs):
+    /// half the conversion work of the per-lane path, the same bits.
     template <class Src, class D>
-    static void half_split_head(const Src& src, D* y, std::size_t n, const float* c, const float* s) noexcept {
+    static constexpr bool bf16_pairs = ops::has_bf16_pairs && std::is_same_v<Src, stored_lanes<bf16>> && std::is_same_v<D, bf16>;
+
+    template <class Src, class D>
+    static void half_split_head(const Src& src, D* y, const token_rows& tr) noexcept {
         constexpr std::size_t U = hs_unroll;
+        const std::size_t n = tr.n;
+        const float *c = tr.c, *s = tr.s;
         std::size_t i = 0;
+        if constexpr (bf16_pairs<Src, D>) {
+            const bf16* x = src.x;
+            const float *cp = tr.cpair, *sp = tr.spair;  // (locals: the stores may alias anything)
+            for (const std::size_t end = tr.pairs ? n : 0; i + 2 * W <= end; i += 2 * W) {
+                const auto x1 = ops::load_pairs(x + i), x2 = ops::load_pairs(x + n + i);
+                const fbatch ce = fbatch::load_unaligned(cp + i), co = fbatch::load_unaligned(cp + i + W);
+                const fbatch se = fbatch::load_unaligned(sp + i), so = fbatch::load_unaligned(sp + i + W);
+                ops::store_pairs(y + i, half_split_first(x1.even, x2.even, ce, se), half_split_first(x1.odd, x2.odd, co, so));
+                ops::store_pairs(y + n + i, half_split_second(x1.even, x2.even, ce, se),
+                                 half_split_second(x1.odd, x2.odd, co, so));
+            }
+        }
         fbatch cv[U], sv[U];
         for (; i + U * W <= n; i += U * W) {
             load_row<U>(c, s, i, cv, sv);
@@ -343,9 +372,20 @@ struct kernels {
     }
 
     template <class Src, class D>
-    static void interleaved_head(const Src& src, D* y, std::size_t r, const float* cdup, const float* sdup) noexcept {
+    static void interleaved_head(const Src& src, D* y, const token_rows& tr) noexcept {
         constexpr std::size_t U = il_unroll;
+        const std::size_t r = tr.r;
+        const float *cdup = tr.cdup, *sdup = tr.sdup;
         std::size_t i = 0;
+        if constexpr (bf16_pairs<Src, D>) {  // a pair's two lanes are a word's halves: the compact row
+            const bf16* x = src.x;
+            const float *c = tr.c, *s = tr.s;
+            for (const std::size_t end = tr.pairs ? r : 0; i + 2 * W <= end; i += 2 * W) {
+                const auto v = ops::load_pairs(x + i);
+                const fbatch cv = fbatch::load_unaligned(c + i / 2), sv = fbatch::load_unaligned(s + i / 2);
+                ops::store_pairs(y + i, half_split_first(v.even, v.odd, cv, sv), half_split_second(v.even, v.odd, cv, sv));
+            }
+        }
         fbatch cv[U], sv[U];
         for (; i + U * W <= r; i += U * W) {
             load_row<U>(cdup, sdup, i, cv, sv);
@@ -441,11 +481,6 @@ struct kernels {
 
     // ---- one tensor of one token ------------------------------------------------------------------
 
-    struct token_rows {
-        std::size_t head_dim, r, n;
-        bool interleaved, out_of_place;
-        const float *c, *s, *cdup, *sdup;
-    };
 
     /// Head x → y of the next token, asked for while this one is rotated: the hardware prefetcher
     /// alone left the loads waiting on memory (on this project's VM: in-place S1 10–20% faster, the
@@ -479,6 +514,7 @@ struct kernels {
 
     template <class Heads, class D>
     static bool try_hoisted(const view_args& v, const Heads& src_of, D* y, const token_rows& tr) noexcept {
+        if constexpr (bf16_pairs<decltype(src_of(0)), D>) return false;  // the pairs' conversions cost more than the row
         if (tr.interleaved) {
             if (tr.r % W != 0 || tr.r / W > il_unroll) return false;
             switch (tr.r / W) {
@@ -509,9 +545,9 @@ struct kernels {
                 D* yh = y + h * v.dst_head_stride;
                 prefetch_next_token(v, src_of(h).x, yh, tr);
                 if (tr.interleaved)
-                    interleaved_head(src_of(h), yh, tr.r, tr.cdup, tr.sdup);
+                    interleaved_head(src_of(h), yh, tr);
                 else
-                    half_split_head(src_of(h), yh, tr.n, tr.c, tr.s);
+                    half_split_head(src_of(h), yh, tr);
             }
         if (pass_through && tr.head_dim > tr.r)
             for (std::size_t h = 0; h < v.heads; ++h) copy_lanes(src_of(h), y + h * v.dst_head_stride, tr.r, tr.head_dim);
@@ -567,6 +603,11 @@ struct kernels {
         const bool interleaved = a.layout == layout_id::interleaved;
         alignas(64) float c[row_capacity / 2], s[row_capacity / 2];  // compact row, direction applied
         alignas(64) float cdup[row_capacity], sdup[row_capacity];    // interleaved: per-lane row
+        alignas(64) float cpair[row_capacity / 2], spair[row_capacity / 2];  // half-split bf16 pairs
+        bool bf16_views = false;  // rotated through word pairs when the rows allow it
+        if constexpr (ops::has_bf16_pairs)
+            for (const view_args& v : a.view)
+                bf16_views |= v.src && !v.norm_weight && v.src_type == dtype::bf16 && v.dst_type == dtype::bf16;
         constexpr auto dup = compat::swizzle_mask<Arch, patterns::duplicate_low_half>();
         fbatch alternate;  // (−1, 1, −1, 1, …)
         {
@@ -577,7 +618,7 @@ struct kernels {
         // Lanes past n are loaded by the tails and the swizzles below: zero, so that padded lanes
         // stay finite (and are discarded).
         for (std::size_t k = n; k < n + W; ++k) c[k] = s[k] = 0.0f;
-        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup};
+        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, cpair, spair, false};
         const bool consecutive = !a.rows && !a.table && !a.pos64 && !a.pos32 && a.pos_step == 1;
         consecutive_rows rows;
         if (consecutive) rows.start(a.inv_freq, n);
@@ -608,6 +649,16 @@ struct kernels {
                     xsimd::swizzle(fbatch::load_unaligned(c + i / 2), dup).store_aligned(cdup + i);
                     (xsimd::swizzle(fbatch::load_unaligned(s + i / 2), dup) * alternate).store_aligned(sdup + i);
                 }
+            if (bf16_views) {
+                bool nan = false;  // (a caller's rows may hold NaN; posenc's never do)
+                for (std::size_t i = 0; i < n; ++i) nan |= (c[i] != c[i]) | (s[i] != s[i]);
+                tr.pairs = !nan;
+                if (!interleaved)
+                    for (std::size_t b = 0; b + 2 * W <= n; b += 2 * W) {
+                        ops::pair_lanes(c + b, cpair + b);
+                        ops::pair_lanes(s + b, spair + b);
+                    }
+            }
             for (const view_args& v : a.view) {
                 if (!v.src || v.heads == 0) continue;
                 tr.out_of_place = v.src != v.dst;

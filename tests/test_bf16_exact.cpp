@@ -1,0 +1,141 @@
+// bf16 in, bf16 out: every lane must be the float computation the kernels document — the products
+// and the fused multiply-add in float32 from the float cos/sin row — rounded once to bf16, bit for
+// bit. On AVX2 this goes through the word-pair path (two bf16 lanes per 32-bit word, rounding half up
+// with a tie fix-up), so the inputs here are chosen to hit what that path special-cases: exact ties
+// (cos = 1 + 2⁻⁸), overflow to inf, inf − inf = NaN, NaN and inf inputs, subnormals, and a row that
+// holds NaN (which must turn the pair path off). Expected values: std::fma and the scalar bf16
+// conversion, evaluated here; on architectures without FMA hardware only the FMA-free parts are
+// compared (their products round twice).
+
+#include <posenc/posenc.hpp>
+#include <posenc/simd/dispatch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "support/catch.hpp"
+
+namespace {
+
+using posenc::bf16;
+
+bool has_fma(const char* arch) { return std::string(arch).find("avx") != std::string::npos; }
+
+/// The bf16 inputs: random values in [−3, 3] with the special values mixed in.
+std::vector<bf16> inputs(std::size_t n, std::uint32_t seed) {
+    static const std::uint16_t special[] = {0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x7F81, 0x7F7F,
+                                            0xFF7F, 0x0001, 0x8040, 0x3F80, 0x3F81, 0x3F82, 0xBF83, 0x4000};
+    std::vector<bf16> x(n);
+    std::uint32_t state = seed;
+    for (std::size_t i = 0; i < n; ++i) {
+        state = state * 1664525u + 1013904223u;
+        const float r = static_cast<float>(state >> 8) * 0x1p-24f * 6.0f - 3.0f;
+        x[i] = (state >> 4) % 5 == 0 ? bf16::from_bits(special[(state >> 12) % 16]) : bf16(r);
+    }
+    return x;
+}
+
+/// [cos × pairs | sin × pairs] for each row kind.
+std::vector<float> rows_of(std::size_t pairs, bool with_nan_row) {
+    std::vector<float> rows;
+    const auto add = [&](auto c, auto s) {
+        for (std::size_t i = 0; i < pairs; ++i) rows.push_back(c(i));
+        for (std::size_t i = 0; i < pairs; ++i) rows.push_back(s(i));
+    };
+    add([](std::size_t) { return 1.0f + 0x1p-8f; }, [](std::size_t) { return 0.0f; });        // ties
+    add([](std::size_t) { return 1.0f; }, [](std::size_t i) { return i % 2 ? 0x1p-9f : -0x1p-8f; });
+    add([](std::size_t) { return 1.25f; }, [](std::size_t) { return 1.25f; });               // overflow
+    add([](std::size_t i) { return static_cast<float>(std::cos(0.37 * static_cast<double>(i + 1))); },
+        [](std::size_t i) { return static_cast<float>(std::sin(0.37 * static_cast<double>(i + 1))); });
+    if (with_nan_row)
+        add([](std::size_t i) { return i == 3 ? NAN : 0.5f; }, [](std::size_t) { return 0.75f; });
+    return rows;
+}
+
+struct shape {
+    std::size_t head_dim, rotary_dim;
+};
+
+/// Runs bf16 → bf16 (in place or into another buffer) on Arch and compares every lane with
+/// std::fma's float result rounded by bf16(float); pass-through lanes must be unchanged.
+template <class Arch>
+std::size_t check(const shape& sh, bool interleaved, bool in_place, bool with_nan_row) {
+    constexpr std::size_t heads = 3;
+    const std::size_t r = sh.rotary_dim, n = r / 2;
+    const auto rows = rows_of(n, with_nan_row);
+    const std::size_t tokens = rows.size() / r;
+    const auto src = inputs(tokens * heads * sh.head_dim, static_cast<std::uint32_t>(sh.head_dim * 7 + r));
+    std::vector<bf16> buf = src, out(src.size(), bf16::from_bits(0x1234));
+    posenc::simd::rotate_args a;
+    a.tokens = tokens;
+    a.head_dim = sh.head_dim;
+    a.rotary_dim = r;
+    a.layout = interleaved ? posenc::simd::layout_id::interleaved : posenc::simd::layout_id::half_split;
+    a.rows = rows.data();
+    const std::size_t ts = heads * sh.head_dim;
+    a.view[0] = {buf.data(), in_place ? static_cast<void*>(buf.data()) : static_cast<void*>(out.data()),
+                 posenc::dtype::bf16, posenc::dtype::bf16, heads, ts, sh.head_dim, ts, sh.head_dim, nullptr, 0.0};
+    posenc::simd::rotate_functor{}(Arch{}, a);
+    const std::vector<bf16>& got = in_place ? buf : out;
+
+    const bool fused = has_fma(Arch::name());
+    std::size_t compared = 0, bad = 0;
+    for (std::size_t t = 0; t < tokens; ++t)
+        for (std::size_t h = 0; h < heads; ++h) {
+            const std::size_t at = t * ts + h * sh.head_dim;
+            const float* c = rows.data() + t * r;
+            const float* s = c + n;
+            for (std::size_t i = 0; i < sh.head_dim; ++i) {
+                const float xi = static_cast<float>(src[at + i]);
+                float want = xi;
+                bool exact_here = true;
+                if (i < r) {
+                    const std::size_t p = interleaved ? i / 2 : i % n;
+                    const bool first = interleaved ? i % 2 == 0 : i < n;
+                    const std::size_t partner = interleaved ? (first ? i + 1 : i - 1) : (first ? i + n : i - n);
+                    const float xo = static_cast<float>(src[at + partner]);
+                    // first: x·c − x_partner·s; second: x·c + x_partner·s (each one FMA on x86 FMA archs)
+                    want = first ? std::fma(-xo, s[p], xi * c[p]) : std::fma(xo, s[p], xi * c[p]);
+                    exact_here = fused || s[p] == 0.0f;  // without FMA only s = 0 rounds once
+                }
+                if (!exact_here) continue;
+                const bf16 w = i < r ? bf16(want) : src[at + i], g = got[at + i];  // pass-through: the same bits
+                const bool both_nan = i < r && std::isnan(want) && (g.bits & 0x7FC0) == 0x7FC0;  // quiet (payload: the hardware's pick)
+                if (!(g == w || both_nan)) {
+                    if (bad < 6)
+                        UNSCOPED_INFO("token " << t << " head " << h << " lane " << i << " got 0x" << std::hex << g.bits
+                                               << " want 0x" << w.bits << std::dec);
+                    ++bad;
+                }
+                ++compared;
+            }
+        }
+    INFO(Arch::name() << (interleaved ? " interleaved" : " half_split") << (in_place ? " in place" : " out of place")
+                      << " head_dim " << sh.head_dim << " rotary " << r << (with_nan_row ? " with a NaN row" : ""));
+    CHECK(bad == 0);
+    return compared;
+}
+
+template <class... Archs>
+std::size_t check_all(xsimd::arch_list<Archs...>) {
+    std::size_t compared = 0;
+    (([&] {
+         if (!posenc::simd::compat::cpu_supports<Archs>()) return;
+         // Pair steps of 2W lanes, single vectors and tails (W = 4, 8, 16), and partial rotary.
+         for (const shape sh : {shape{128, 128}, shape{96, 96}, shape{56, 56}, shape{40, 40}, shape{34, 34},
+                                shape{16, 16}, shape{6, 6}, shape{128, 64}, shape{80, 48}})
+             for (bool il : {false, true})
+                 for (bool in_place : {true, false})
+                     for (bool nan_row : {false, true}) compared += check<Archs>(sh, il, in_place, nan_row);
+     }()),
+     ...);
+    return compared;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 to bf16 rounds the float FMA result once, bit for bit, at ties, overflow and NaN", "[dtypes][simd]") {
+    REQUIRE(check_all(posenc::simd::dispatch_archs{}) > 9 * 8 * 4 * 3 * 40);
+}
