@@ -163,7 +163,11 @@ struct arch_ops {
     // high half. Widening is one shift or one mask per W lanes; the narrowing store rounds and merges
     // two vectors with one 16-bit blend (no cross-lane packing). Each lane gets the bits store(bf16*)
     // gives it; the caller pairs its cos/sin lanes the same way (pair_lanes).
+#if defined(__AVX2__)
     static constexpr bool has_bf16_pairs = is_avx2;
+#else
+    static constexpr bool has_bf16_pairs = false;
+#endif
 
     struct lane_pairs {
         fbatch even, odd;
@@ -205,7 +209,8 @@ struct arch_ops {
     /// arithmetic makes from bf16-widened operands and NaN-free cos/sin rows (x86 returns the default
     /// NaN or a NaN operand, quieted, whose low bits are 0), which is how the kernels call it. Such a
     /// NaN needs no special case: it rounds to its top bits, quiet bit included. (Checked for all 2³²
-    /// inputs against store(bf16*): equal everywhere but at signalling NaNs.)
+    /// inputs against store(bf16*): equal for every input the precondition allows; a NaN outside it
+    /// could round into another NaN or, from 0x7FFFFFFF, into −0.)
     static void store_pairs(bf16* p, const fbatch& even, const fbatch& odd) noexcept {
 #if defined(__AVX2__)
         if constexpr (is_avx2) {

@@ -514,7 +514,8 @@ struct kernels {
 
     template <class Heads, class D>
     static bool try_hoisted(const view_args& v, const Heads& src_of, D* y, const token_rows& tr) noexcept {
-        if constexpr (bf16_pairs<decltype(src_of(0)), D>) return false;  // the pairs' conversions cost more than the row
+        if constexpr (bf16_pairs<decltype(src_of(0)), D>)  // the pair path replaces hoisting where it runs
+            if (tr.pairs && (tr.interleaved ? tr.r : tr.n) >= 2 * W) return false;
         if (tr.interleaved) {
             if (tr.r % W != 0 || tr.r / W > il_unroll) return false;
             switch (tr.r / W) {
@@ -650,8 +651,12 @@ struct kernels {
                     (xsimd::swizzle(fbatch::load_unaligned(s + i / 2), dup) * alternate).store_aligned(sdup + i);
                 }
             if (bf16_views) {
-                bool nan = false;  // (a caller's rows may hold NaN; posenc's never do)
-                for (std::size_t i = 0; i < n; ++i) nan |= (c[i] != c[i]) | (s[i] != s[i]);
+                // Rows may hold NaN (a caller's rows, a NaN amplitude). The bits, not c != c, which
+                // -ffinite-math-only in the including unit would fold away.
+                bool nan = false;
+                for (std::size_t i = 0; i < n; ++i)
+                    nan |= ((__builtin_bit_cast(std::uint32_t, c[i]) & 0x7FFFFFFFu) > 0x7F800000u) |
+                           ((__builtin_bit_cast(std::uint32_t, s[i]) & 0x7FFFFFFFu) > 0x7F800000u);
                 tr.pairs = !nan;
                 if (!interleaved)
                     for (std::size_t b = 0; b + 2 * W <= n; b += 2 * W) {
