@@ -187,6 +187,31 @@ struct arch_ops {
         }
     }
 
+    /// Whether a[0, n) or b[0, n) holds a NaN; both readable (and not NaN) up to n rounded up to W.
+    /// Bits, not v != v, which -ffinite-math-only in the including unit could fold away.
+    static bool any_nan(const float* a, const float* b, std::size_t n) noexcept {
+#if defined(__AVX2__)
+        if constexpr (is_avx2) {
+            const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+            __m256i found = _mm256_setzero_si256();
+            for (std::size_t i = 0; i < n; i += W) {
+                const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + i));
+                const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i));
+                found = _mm256_or_si256(found, _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf));
+                found = _mm256_or_si256(found, _mm256_cmpgt_epi32(_mm256_and_si256(v, abs_mask), inf));
+            }
+            return !_mm256_testz_si256(found, found);
+        } else
+#endif
+        {
+            bool nan = false;
+            for (std::size_t i = 0; i < n; ++i)
+                nan |= ((__builtin_bit_cast(std::uint32_t, a[i]) & 0x7FFFFFFFu) > 0x7F800000u) |
+                       ((__builtin_bit_cast(std::uint32_t, b[i]) & 0x7FFFFFFFu) > 0x7F800000u);
+            return nan;
+        }
+    }
+
     /// out[0, W) = the even lanes of x[0, 2W), out[W, 2W) = the odd ones.
     static void pair_lanes(const float* x, float* out) noexcept {
 #if defined(__AVX2__)

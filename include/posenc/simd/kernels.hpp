@@ -651,13 +651,7 @@ struct kernels {
                     (xsimd::swizzle(fbatch::load_unaligned(s + i / 2), dup) * alternate).store_aligned(sdup + i);
                 }
             if (bf16_views) {
-                // Rows may hold NaN (a caller's rows, a NaN amplitude). The bits, not c != c, which
-                // -ffinite-math-only in the including unit would fold away.
-                bool nan = false;
-                for (std::size_t i = 0; i < n; ++i)
-                    nan |= ((__builtin_bit_cast(std::uint32_t, c[i]) & 0x7FFFFFFFu) > 0x7F800000u) |
-                           ((__builtin_bit_cast(std::uint32_t, s[i]) & 0x7FFFFFFFu) > 0x7F800000u);
-                tr.pairs = !nan;
+                tr.pairs = !ops::any_nan(c, s, n);  // rows may hold NaN: a caller's rows, a NaN amplitude
                 if (!interleaved)
                     for (std::size_t b = 0; b + 2 * W <= n; b += 2 * W) {
                         ops::pair_lanes(c + b, cpair + b);
