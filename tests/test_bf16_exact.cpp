@@ -55,10 +55,13 @@ std::vector<float> rows_of(std::size_t pairs, bool with_nan_row) {
     add([](std::size_t) { return 1.25f; }, [](std::size_t) { return 1.25f; });               // overflow
     add([](std::size_t i) { return static_cast<float>(std::cos(0.37 * static_cast<double>(i + 1))); },
         [](std::size_t i) { return static_cast<float>(std::sin(0.37 * static_cast<double>(i + 1))); });
-    if (with_nan_row)
-        // A NaN whose low half is not zero: the pair rounding would carry it into −0, so the row must
-        // turn the pair path off.
-        add([](std::size_t i) { return i == 3 ? std::bit_cast<float>(0x7FFFFFFFu) : 0.5f; }, [](std::size_t) { return 0.75f; });
+    if (with_nan_row) {
+        // NaNs whose low half is not zero: the pair rounding would carry them into −0, so each such
+        // row must turn the pair path off (one in cos, one in sin at the last pair: the scan's tail).
+        const float nan = std::bit_cast<float>(0x7FFFFFFFu);
+        add([&](std::size_t i) { return i == 3 % pairs ? nan : 0.5f; }, [](std::size_t) { return 0.75f; });
+        add([](std::size_t) { return 0.5f; }, [&](std::size_t i) { return i + 1 == pairs ? -nan : 0.75f; });
+    }
     return rows;
 }
 
@@ -129,6 +132,8 @@ std::size_t check(const shape& sh, bool interleaved, bool in_place, bool with_na
 template <class... Archs>
 std::size_t check_all(xsimd::arch_list<Archs...>) {
     std::size_t compared = 0;
+    if (!posenc::simd::compat::cpu_supports<xsimd::fma3<xsimd::avx2>>())
+        WARN("this CPU lacks AVX2: the word-pair path is not exercised here");
     (([&] {
          if (!posenc::simd::compat::cpu_supports<Archs>()) return;
          // Pair steps of 2W lanes, single vectors and tails (W = 4, 8, 16), and partial rotary.
