@@ -204,11 +204,8 @@ struct arch_ops {
         } else
 #endif
         {
-            bool nan = false;
-            for (std::size_t i = 0; i < n; ++i)
-                nan |= ((__builtin_bit_cast(std::uint32_t, a[i]) & 0x7FFFFFFFu) > 0x7F800000u) |
-                       ((__builtin_bit_cast(std::uint32_t, b[i]) & 0x7FFFFFFFu) > 0x7F800000u);
-            return nan;
+            (void)a, (void)b, (void)n;
+            return true;  // not reached: callers check has_bf16_pairs (true keeps the per-lane path)
         }
     }
 

@@ -605,10 +605,14 @@ struct kernels {
         alignas(64) float c[row_capacity / 2], s[row_capacity / 2];  // compact row, direction applied
         alignas(64) float cdup[row_capacity], sdup[row_capacity];    // interleaved: per-lane row
         alignas(64) float cpair[row_capacity / 2], spair[row_capacity / 2];  // half-split bf16 pairs
-        bool bf16_views = false;  // rotated through word pairs when the rows allow it
-        if constexpr (ops::has_bf16_pairs)
-            for (const view_args& v : a.view)
-                bf16_views |= v.src && !v.norm_weight && v.src_type == dtype::bf16 && v.dst_type == dtype::bf16;
+        bool bf16_views = false;             // some view is rotated through word pairs when the rows allow it
+        bool only_bf16_views = ops::has_bf16_pairs;  // every view is
+        for (const view_args& v : a.view) {
+            if (!v.src || v.heads == 0) continue;
+            const bool p = ops::has_bf16_pairs && !v.norm_weight && v.src_type == dtype::bf16 && v.dst_type == dtype::bf16;
+            bf16_views |= p;
+            only_bf16_views &= p;
+        }
         constexpr auto dup = compat::swizzle_mask<Arch, patterns::duplicate_low_half>();
         fbatch alternate;  // (−1, 1, −1, 1, …)
         {
@@ -645,19 +649,18 @@ struct kernels {
             }
             if (a.inverse)
                 for (std::size_t i = 0; i < n; ++i) s[i] = -s[i];
-            if (interleaved)
+            if (bf16_views) tr.pairs = !ops::any_nan(c, s, n);  // rows may hold NaN: a caller's rows, a NaN amplitude
+            // The interleaved per-lane rows, unless word pairs rotate every lane (they read the compact row).
+            if (interleaved && !(only_bf16_views && tr.pairs && r % (2 * W) == 0))
                 for (std::size_t i = 0; i < r; i += W) {
                     xsimd::swizzle(fbatch::load_unaligned(c + i / 2), dup).store_aligned(cdup + i);
                     (xsimd::swizzle(fbatch::load_unaligned(s + i / 2), dup) * alternate).store_aligned(sdup + i);
                 }
-            if (bf16_views) {
-                tr.pairs = !ops::any_nan(c, s, n);  // rows may hold NaN: a caller's rows, a NaN amplitude
-                if (!interleaved)
-                    for (std::size_t b = 0; b + 2 * W <= n; b += 2 * W) {
-                        ops::pair_lanes(c + b, cpair + b);
-                        ops::pair_lanes(s + b, spair + b);
-                    }
-            }
+            if (tr.pairs && !interleaved)
+                for (std::size_t b = 0; b + 2 * W <= n; b += 2 * W) {
+                    ops::pair_lanes(c + b, cpair + b);
+                    ops::pair_lanes(s + b, spair + b);
+                }
             for (const view_args& v : a.view) {
                 if (!v.src || v.heads == 0) continue;
                 tr.out_of_place = v.src != v.dst;
