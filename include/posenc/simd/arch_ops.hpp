@@ -20,8 +20,13 @@
 #endif
 
 #include "posenc/core/dtypes.hpp"
+#include "posenc/simd/xsimd_compat.hpp"
 
 namespace posenc::simd {
+
+struct swap_pattern {  // lane i takes lane i ^ 1
+    static constexpr unsigned get(unsigned i, unsigned) noexcept { return i ^ 1u; }
+};
 
 template <class Arch>
 struct arch_ops {
@@ -56,6 +61,26 @@ struct arch_ops {
         } else
 #endif
             return xsimd::fnma(x, y, z);
+    }
+
+    // ---- lane moves ------------------------------------------------------------------------------------
+    /// (x0, x1, x2, x3, …) → (x1, x0, x3, x2, …), within 128-bit lanes: one vpermilps / shufps. (xsimd
+    /// 8.1's swizzle spells this pattern as a cross-lane vpermps with an index vector, which competes
+    /// with the fp16 conversions for the shuffle pipes.)
+    static fbatch swap_pairs(const fbatch& x) noexcept {
+#if defined(__AVX512F__)
+        if constexpr (is_avx512) return _mm512_permute_ps(x, 0xB1);
+        else
+#endif
+#if defined(__AVX2__)
+        if constexpr (is_avx2) return _mm256_permute_ps(x, 0xB1);
+        else
+#endif
+#if defined(__SSE2__)
+        if constexpr (is_sse4_1 || is_sse2) return _mm_shuffle_ps(x, x, 0xB1);
+        else
+#endif
+            return xsimd::swizzle(x, compat::swizzle_mask<Arch, swap_pattern>());
     }
 
     // ---- loads ---------------------------------------------------------------------------------------

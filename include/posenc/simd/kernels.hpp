@@ -35,9 +35,6 @@
 namespace posenc::simd {
 
 namespace patterns {
-struct swap_pairs {  // (x0, x1, x2, x3, …) → (x1, x0, x3, x2, …)
-    static constexpr unsigned get(unsigned i, unsigned) noexcept { return i ^ 1u; }
-};
 struct duplicate_low_half {  // (c0, c1, …) → (c0, c0, c1, c1, …)
     static constexpr unsigned get(unsigned i, unsigned) noexcept { return i / 2u; }
 };
@@ -358,8 +355,7 @@ struct kernels {
     /// Interleaved pairs (2i, 2i+1): y = x·cdup + swap(x)·sdup with cdup = (c₀, c₀, c₁, c₁, …) and
     /// sdup = (−s₀, s₀, −s₁, s₁, …).
     static fbatch interleaved_rotate(const fbatch& x, const fbatch& cdup, const fbatch& sdup) noexcept {
-        constexpr auto swap = compat::swizzle_mask<Arch, patterns::swap_pairs>();
-        return ops::fma(xsimd::swizzle(x, swap), sdup, x * cdup);
+        return ops::fma(ops::swap_pairs(x), sdup, x * cdup);
     }
 
     /// Lanes [i, i + U·W).
