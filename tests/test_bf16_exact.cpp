@@ -70,6 +70,8 @@ struct shape {
     std::size_t head_dim, rotary_dim;
 };
 
+std::uint32_t bits(bf16 v) { return v.bits; }
+std::uint32_t bits(float v) { return std::bit_cast<std::uint32_t>(v); }
 bool quiet_nan(bf16 v) { return (v.bits & 0x7FC0) == 0x7FC0; }
 bool quiet_nan(float v) { return (std::bit_cast<std::uint32_t>(v) & 0x7FC00000u) == 0x7FC00000u; }
 
@@ -106,8 +108,9 @@ std::size_t mismatches(const std::vector<T>& src, const std::vector<T>& got, con
                       both_nan)) {
                     if (bad < 6)
                         UNSCOPED_INFO((sizeof(T) == 2 ? "bf16" : "float") << " token " << t << " head " << h << " lane " << i
-                                                                         << " got " << static_cast<float>(g) << " want "
-                                                                         << static_cast<float>(w));
+                                                                         << " got " << static_cast<float>(g) << " (0x" << std::hex
+                                                                         << bits(g) << ") want " << static_cast<float>(w) << " (0x"
+                                                                         << bits(w) << ")" << std::dec);
                     ++bad;
                 }
                 ++compared;

@@ -662,6 +662,7 @@ std::size_t check_norm_all(xsimd::arch_list<Archs...>) {
              compared += check_norm<posenc::interleaved, Archs, float, float>(128, 128, form, false);
              compared += check_norm<posenc::half_split, Archs, float, float>(80, 40, form, true);
              compared += check_norm<posenc::interleaved, Archs, float, posenc::bf16>(64, 64, form, true);
+             compared += check_norm<posenc::interleaved, Archs, posenc::bf16, posenc::bf16>(128, 128, form, false);
              compared += check_norm<posenc::half_split, Archs, posenc::bf16, posenc::bf16>(256, 256, form, false);
              compared += check_norm<posenc::half_split, Archs, posenc::fp16, posenc::fp16>(128, 64, form, false);
              compared += check_norm<posenc::interleaved, Archs, float, float>(22, 22, form, false);

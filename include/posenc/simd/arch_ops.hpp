@@ -24,10 +24,6 @@
 
 namespace posenc::simd {
 
-struct swap_pattern {  // lane i takes lane i ^ 1
-    static constexpr unsigned get(unsigned i, unsigned) noexcept { return i ^ 1u; }
-};
-
 template <class Arch>
 struct arch_ops {
     using fbatch = xsimd::batch<float, Arch>;
@@ -64,6 +60,9 @@ struct arch_ops {
     }
 
     // ---- lane moves ------------------------------------------------------------------------------------
+    struct swap_pattern {  // lane i takes lane i ^ 1
+        static constexpr unsigned get(unsigned i, unsigned) noexcept { return i ^ 1u; }
+    };
     /// (x0, x1, x2, x3, …) → (x1, x0, x3, x2, …), within 128-bit lanes: one vpermilps / shufps. (xsimd
     /// 8.1's swizzle spells this pattern as a cross-lane vpermps with an index vector, which competes
     /// with the fp16 conversions for the shuffle pipes.)
@@ -213,6 +212,7 @@ struct arch_ops {
     }
 
     /// Whether a[0, n) or b[0, n) holds a NaN; both readable (and not NaN) up to n rounded up to W.
+    /// AVX2 only, like the pairs it guards; elsewhere (never called) it answers true.
     /// Bits, not v != v, which -ffinite-math-only in the including unit could fold away.
     static bool any_nan(const float* a, const float* b, std::size_t n) noexcept {
 #if defined(__AVX2__)

@@ -261,7 +261,8 @@ struct kernels {
         std::size_t head_dim, r, n;
         bool interleaved, out_of_place;
         const float *c, *s;        // compact, direction applied
-        const float *cdup, *sdup;  // interleaved: per lane, (c₀, c₀, c₁, c₁, …), (−s₀, s₀, −s₁, s₁, …)
+        const float *cdup, *sdup;  // interleaved: per lane, (c₀, c₀, c₁, c₁, …), (−s₀, s₀, −s₁, s₁, …);
+                                   // not rebuilt for a token whose lanes all go through word pairs
         const float *cpair, *spair;  // half-split bf16 pairs: per 2W lanes, the even ones, then the odd ones
         bool pairs;                  // bf16 word pairs allowed: the rows hold no NaN (ops::store_pairs)
     };
@@ -646,8 +647,11 @@ struct kernels {
             if (a.inverse)
                 for (std::size_t i = 0; i < n; ++i) s[i] = -s[i];
             if (bf16_views) tr.pairs = !ops::any_nan(c, s, n);  // rows may hold NaN: a caller's rows, a NaN amplitude
-            // The interleaved per-lane rows, unless word pairs rotate every lane (they read the compact row).
-            if (interleaved && !(only_bf16_views && tr.pairs && r % (2 * W) == 0))
+            // The interleaved per-lane rows, unless word pairs rotate every lane (they read the compact
+            // row). In step with interleaved_head's pair loop (all of [0, r) when r is a multiple of
+            // 2W) and with try_hoisted, which then returns false.
+            const bool pairs_cover_row = only_bf16_views && tr.pairs && r % (2 * W) == 0;
+            if (interleaved && !pairs_cover_row)
                 for (std::size_t i = 0; i < r; i += W) {
                     xsimd::swizzle(fbatch::load_unaligned(c + i / 2), dup).store_aligned(cdup + i);
                     (xsimd::swizzle(fbatch::load_unaligned(s + i / 2), dup) * alternate).store_aligned(sdup + i);
