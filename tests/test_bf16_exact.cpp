@@ -10,7 +10,6 @@
 #include <posenc/posenc.hpp>
 #include <posenc/simd/dispatch.hpp>
 
-#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -103,9 +102,7 @@ std::size_t mismatches(const std::vector<T>& src, const std::vector<T>& got, con
                 if (!exact_here) continue;
                 const T w = i < r ? T(want) : src[at + i], g = got[at + i];  // pass-through: the same bits
                 const bool both_nan = i < r && std::isnan(want) && quiet_nan(g);  // (payload: the hardware's pick)
-                if (!(std::bit_cast<std::array<unsigned char, sizeof(T)>>(g) ==
-                          std::bit_cast<std::array<unsigned char, sizeof(T)>>(w) ||
-                      both_nan)) {
+                if (!(bits(g) == bits(w) || both_nan)) {
                     if (bad < 6)
                         UNSCOPED_INFO((sizeof(T) == 2 ? "bf16" : "float") << " token " << t << " head " << h << " lane " << i
                                                                          << " got " << static_cast<float>(g) << " (0x" << std::hex
