@@ -189,6 +189,47 @@ std::size_t check_all(xsimd::arch_list<Archs...>) {
 }
 }  // namespace
 
+namespace {
+/// A chunk of queries (rows > 2·attn_row_block, so the tiled QKᵀ path, as in prefill) gives the same
+/// bits as the same rows of the whole call: with a Dv that leaves a tail for every vector width, and
+/// chunks that start at different row blocks.
+template <class Arch>
+void check_chunk_equals_prefill(std::size_t& archs) {
+    if (!posenc::simd::compat::cpu_supports<Arch>()) return;
+    ++archs;
+    const std::size_t T = 150, Hq = 8, Hkv = 2, D = 32, Dv = 22;  // 22 = 16 + 6 = 2·8 + 6 = 5·4 + 2
+    posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{});
+    const attn_problem p = make_attn_problem(T, T, Hq, Hkv, D, Dv, 31);
+    const auto kernels = posenc::simd::attention_kernels_for<Arch>();
+    const posenc::attention_encoding enc{rope};
+    const posenc::causal_mask mask;
+    std::vector<float> q = p.q, k = p.k, v = p.v, full(T * Hq * Dv);
+    posenc::detail::attention_on(kernels, enc, hv(q, T, Hq, D), hv(k, T, Hkv, D), hv(v, T, Hkv, Dv),
+                                 hv(full, T, Hq, Dv), p.qpos, p.kpos, mask, {});
+    std::size_t chunks = 0;
+    for (const auto& [t0, n] : {std::pair<std::size_t, std::size_t>{127, 3}, {61, 5}, {0, 7}, {140, 10}}) {
+        std::vector<float> qc(p.q.begin() + t0 * Hq * D, p.q.begin() + (t0 + n) * Hq * D), out(n * Hq * Dv);
+        const std::vector<std::int64_t> pos(p.qpos.begin() + t0, p.qpos.begin() + t0 + n);
+        posenc::detail::attention_on(kernels, enc, hv(qc, n, Hq, D), hv(k, T, Hkv, D), hv(v, T, Hkv, Dv),
+                                     hv(out, n, Hq, Dv), pos, p.kpos, mask, {});
+        INFO(Arch::name() << ": tokens " << t0 << " .. " << t0 + n - 1);
+        CHECK(std::memcmp(out.data(), full.data() + t0 * Hq * Dv, out.size() * sizeof(float)) == 0);
+        ++chunks;
+    }
+    CHECK(chunks == 4);
+}
+template <class... Archs>
+std::size_t check_chunks_all(xsimd::arch_list<Archs...>) {
+    std::size_t archs = 0;
+    (check_chunk_equals_prefill<Archs>(archs), ...);
+    return archs;
+}
+}  // namespace
+
+TEST_CASE("attention: a chunk of queries gives the bits of the same rows of the whole call, on every SIMD architecture", "[attention][simd][decode]") {
+    REQUIRE(check_chunks_all(posenc::simd::dispatch_archs{}) >= 1);
+}
+
 TEST_CASE("attention: every SIMD architecture this CPU has equals the reference", "[attention][simd]") {
     REQUIRE(check_all(posenc::simd::dispatch_archs{}) >= 1);
     INFO("dispatch picks " << posenc::simd::attention_kernels().arch);

@@ -46,7 +46,9 @@ struct attn_softmax_args {
     float softcap = 0.0f;
 };
 
-/// acc[r][0, dv) += Σ_{j < keys} p[r][j]·v_j, v_j at v + j·v_stride.
+/// acc[r][0, dv) += Σ_{j < keys} p[r][j]·v_j, v_j at v + j·v_stride. acc is 64-byte aligned and
+/// acc_stride a multiple of 16 floats ≥ dv: the lanes [dv, acc_stride) are scratch (the last
+/// vector of a row is read and written whole).
 struct attn_pv_args {
     const float* p = nullptr;
     std::size_t rows = 0;

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include <xsimd/xsimd.hpp>
@@ -254,12 +255,26 @@ struct attention_steps {
         std::size_t c = 0;
         for (; c + 4 * W <= a.dv; c += 4 * W) pv_block<R, 4>(a, r0, c);
         for (; c + W <= a.dv; c += W) pv_block<R, 1>(a, r0, c);
-        for (; c < a.dv; ++c)  // a Dv that is not a multiple of the vector width
-            for (std::size_t i = 0; i < R; ++i) {
-                float x = a.acc[(r0 + i) * a.acc_stride + c];
-                for (std::size_t j = 0; j < a.keys; ++j) x += a.p[(r0 + i) * BK + j] * a.v[j * a.v_stride + c];
-                a.acc[(r0 + i) * a.acc_stride + c] = x;
-            }
+        if (c < a.dv) pv_tail<R>(a, r0, c);
+    }
+
+    /// The last dv − c0 < W columns with the same vector FMA per lane as pv_block, so that a column's
+    /// value does not depend on whether it falls in a tail (which depends on W and Dv), nor on the row
+    /// block (a scalar loop here was compiled differently for R = RB and R = 1: decode chunks differed
+    /// from prefill in the last bit). The accumulator rows are padded to 16 lanes; V's are not, so
+    /// each key's tail is copied into zeroed lanes.
+    template <std::size_t R>
+    static void pv_tail(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
+        const std::size_t m = a.dv - c0;
+        batch acc[R];
+        for (std::size_t i = 0; i < R; ++i) acc[i] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
+        alignas(64) float vt[W] = {};
+        for (std::size_t j = 0; j < a.keys; ++j) {
+            std::memcpy(vt, a.v + j * a.v_stride + c0, m * sizeof(float));
+            const batch vv = batch::load_aligned(vt);
+            for (std::size_t i = 0; i < R; ++i) acc[i] = xsimd::fma(batch(a.p[(r0 + i) * BK + j]), vv, acc[i]);
+        }
+        for (std::size_t i = 0; i < R; ++i) acc[i].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
     }
 
     static void pv(const attn_pv_args& a) noexcept {
