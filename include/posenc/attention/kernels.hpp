@@ -258,11 +258,10 @@ struct attention_steps {
         if (c < a.dv) pv_tail<R>(a, r0, c);
     }
 
-    /// The last dv − c0 < W columns with the same vector FMA per lane as pv_block, so that a column's
-    /// value does not depend on whether it falls in a tail (which depends on W and Dv), nor on the row
-    /// block (a scalar loop here was compiled differently for R = RB and R = 1: decode chunks differed
-    /// from prefill in the last bit). The accumulator rows are padded to 16 lanes; V's are not, so
-    /// each key's tail is copied into zeroed lanes.
+    /// The last dv − c0 < W columns with the same vector FMA per lane as pv_block. (A scalar loop here
+    /// rounded differently depending on the number of keys in the tile, so a decode chunk against a
+    /// cache differed from prefill in the last bit, with FMA on AVX2 and AVX-512.) The accumulator rows
+    /// are padded to 16 lanes; V's are not, so each key's tail is copied into zeroed lanes.
     template <std::size_t R>
     static void pv_tail(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
         const std::size_t m = a.dv - c0;
