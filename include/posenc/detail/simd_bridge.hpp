@@ -78,8 +78,8 @@ void run(const rotate_job& job, unsigned threads, const executor* ex = nullptr) 
     const simd::rotate_args args = to_args<Layout>(job);
     const std::size_t bytes = simd::bytes_moved(args);
     const unsigned n = useful_threads(threads, args.tokens, bytes / (2 * sizeof(float)));
-    if (n <= 1) return simd::rotate(args, bytes);
-    auto body = [&](std::size_t b, std::size_t e) { simd::rotate(slice(args, b, e), bytes); };
+    if (n <= 1) return simd::rotate(args);
+    auto body = [&](std::size_t b, std::size_t e) { simd::rotate(slice(args, b, e)); };
     if (ex && *ex) return executor_slices(*ex, n, args.tokens, body);
     parallel_slices(n, args.tokens, body);
 }

@@ -42,9 +42,6 @@ POSENC_SIMD_DECLARE(xsimd::sse4_2)
 POSENC_SIMD_DECLARE(xsimd::sse2)
 #undef POSENC_SIMD_DECLARE
 
-/// For calls that stream through L3/DRAM (see rotate below).
-using streaming_archs = xsimd::arch_list<xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
-
 /// For fp16 on a CPU that has AVX2 but not F16C (the AVX2 unit is compiled with -mf16c).
 using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
 
@@ -62,11 +59,16 @@ using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
     return has;
 }
 
-inline void run_rotate(const rotate_args& args, bool streaming) noexcept {
+/// Runs one call (or one thread's slice of a call) on the widest kernels this CPU has, whatever the
+/// call's size. (An earlier build used the 256-bit kernels for calls over 1 MiB: on the first Zen 5
+/// measured, a plain 512-bit loop had reached ~70% of the in-place limit at DRAM sizes. With whole-head
+/// loads before stores, see kernels.hpp, the 512-bit kernels were then measured faster at every size on
+/// a Zen 5 EPYC: S1, one thread, against the limit in the same run, float 1.01 / 0.98 against
+/// 0.94 / 0.83 and fp16 0.91 / 0.84 against 0.41 / 0.50, half-split / interleaved. One width also
+/// means the width cannot make a token's bits depend on the call's size.)
+inline void rotate(const rotate_args& args) noexcept {
     if (uses_fp16(args) && !cpu_has_f16c())
         xsimd::dispatch<no_f16c_archs>(rotate_functor{})(args);
-    else if (streaming)
-        xsimd::dispatch<streaming_archs>(rotate_functor{})(args);
     else
         xsimd::dispatch<dispatch_archs>(rotate_functor{})(args);
 }
@@ -74,22 +76,9 @@ inline void build_table(const table_args& args) noexcept { xsimd::dispatch<dispa
 #else
 using dispatch_archs = xsimd::arch_list<xsimd::default_arch>;
 
-inline void run_rotate(const rotate_args& args, bool streaming) noexcept {
-    using avx2 = xsimd::fma3<xsimd::avx2>;
-    if constexpr (avx2::supported() && (xsimd::default_arch::version() > avx2::version())) {
-        if (streaming) return rotate_functor{}(avx2{}, args);
-    }
-    (void)streaming;
-    rotate_functor{}(xsimd::default_arch{}, args);
-}
+inline void rotate(const rotate_args& args) noexcept { rotate_functor{}(xsimd::default_arch{}, args); }
 inline void build_table(const table_args& args) noexcept { table_functor{}(xsimd::default_arch{}, args); }
 #endif
-
-/// Calls moving more than this many bytes stream through L3/DRAM. Measured on Zen 5 (S1, 80 MiB
-/// moved): 256-bit kernels reached the in-place bandwidth limit and 512-bit ones about 70% of it,
-/// while for a decode step (40 KiB, L1-resident) the 512-bit kernels were twice as fast. So large
-/// calls use AVX2 even where AVX-512 exists; small ones use the widest vectors.
-inline constexpr std::size_t streaming_bytes = std::size_t{1} << 20;
 
 /// Bytes a call reads and writes: the rotary lanes of Q and K, every lane when out of place or
 /// normalised.
@@ -102,12 +91,6 @@ inline constexpr std::size_t streaming_bytes = std::size_t{1} << 20;
     }
     return bytes;
 }
-
-/// Runs one call (or one thread's slice of a call that moves `call_bytes` in all).
-inline void rotate(const rotate_args& args, std::size_t call_bytes) noexcept {
-    run_rotate(args, call_bytes > streaming_bytes);
-}
-inline void rotate(const rotate_args& args) noexcept { rotate(args, bytes_moved(args)); }
 
 /// Name of the architecture the dispatcher picks on this CPU (for benchmark reports).
 inline const char* active_arch_name() noexcept {
