@@ -182,12 +182,14 @@ struct arch_ops {
         }
     }
 
-    // ---- bf16 word pairs (AVX2) ------------------------------------------------------------------------
+    // ---- bf16 word pairs (AVX2, AVX-512) -----------------------------------------------------------------
     // 2W bf16 values read as W 32-bit words: the even element is a word's low half, the odd one its
     // high half. Widening is one shift or one mask per W lanes; the narrowing store rounds and merges
     // two vectors with one 16-bit blend (no cross-lane packing). Each lane gets the bits store(bf16*)
     // gives it; the caller pairs its cos/sin lanes the same way (pair_lanes).
-#if defined(__AVX2__)
+#if defined(__AVX512BW__)
+    static constexpr bool has_bf16_pairs = is_avx2 || is_avx512;
+#elif defined(__AVX2__)
     static constexpr bool has_bf16_pairs = is_avx2;
 #else
     static constexpr bool has_bf16_pairs = false;
@@ -198,6 +200,13 @@ struct arch_ops {
     };
 
     static lane_pairs load_pairs(const bf16* p) noexcept {
+#if defined(__AVX512BW__)
+        if constexpr (is_avx512) {
+            const __m512i u = _mm512_loadu_si512(p);
+            return {_mm512_castsi512_ps(_mm512_slli_epi32(u, 16)),
+                    _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))))};
+        } else
+#endif
 #if defined(__AVX2__)
         if constexpr (is_avx2) {
             const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -212,9 +221,21 @@ struct arch_ops {
     }
 
     /// Whether a[0, n) or b[0, n) holds a NaN; both readable (and not NaN) up to n rounded up to W.
-    /// AVX2 only, like the pairs it guards; elsewhere (never called) it answers true.
+    /// AVX2 and AVX-512 only, like the pairs it guards; elsewhere (never called) it answers true.
     /// Bits, not v != v, which -ffinite-math-only in the including unit could fold away.
     static bool any_nan(const float* a, const float* b, std::size_t n) noexcept {
+#if defined(__AVX512BW__)
+        if constexpr (is_avx512) {
+            const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+            __mmask16 found = 0;
+            for (std::size_t i = 0; i < n; i += W) {
+                const __m512i u = _mm512_and_si512(_mm512_loadu_si512(a + i), abs_mask);
+                const __m512i v = _mm512_and_si512(_mm512_loadu_si512(b + i), abs_mask);
+                found |= _mm512_cmpgt_epi32_mask(u, inf) | _mm512_cmpgt_epi32_mask(v, inf);
+            }
+            return found != 0;
+        } else
+#endif
 #if defined(__AVX2__)
         if constexpr (is_avx2) {
             const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
@@ -236,6 +257,15 @@ struct arch_ops {
 
     /// out[0, W) = the even lanes of x[0, 2W), out[W, 2W) = the odd ones.
     static void pair_lanes(const float* x, float* out) noexcept {
+#if defined(__AVX512BW__)
+        if constexpr (is_avx512) {
+            const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + W);
+            const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+            _mm512_storeu_ps(out, _mm512_permutex2var_ps(a, even, b));
+            _mm512_storeu_ps(out + W, _mm512_permutex2var_ps(a, odd, b));
+        } else
+#endif
 #if defined(__AVX2__)
         if constexpr (is_avx2) {
             const __m256 a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + W);
@@ -259,6 +289,17 @@ struct arch_ops {
     /// inputs against store(bf16*): equal for every input the precondition allows; a NaN outside it
     /// could round into another NaN or, from 0x7FFFFFFF, into −0.)
     static void store_pairs(bf16* p, const fbatch& even, const fbatch& odd) noexcept {
+#if defined(__AVX512BW__)
+        if constexpr (is_avx512) {  // as the AVX2 form below
+            const __m512i half = _mm512_set1_epi32(0x8000);
+            const __m512i e = _mm512_add_epi32(_mm512_castps_si512(even), half);
+            const __m512i o = _mm512_add_epi32(_mm512_castps_si512(odd), half);
+            const __m512i high = _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(e, 16), o);
+            const __m512i low = _mm512_mask_blend_epi16(0xAAAAAAAAu, e, _mm512_slli_epi32(o, 16));
+            const __m512i keep = _mm512_adds_epu16(low, _mm512_set1_epi16(-2));  // 0xFFFE at a tie, else 0xFFFF
+            _mm512_storeu_si512(p, _mm512_and_si512(high, keep));
+        } else
+#endif
 #if defined(__AVX2__)
         if constexpr (is_avx2) {
             // Round half up, u + 0x8000, then undo the round-up of an exact tie to an even value: a tie
