@@ -508,10 +508,85 @@ struct kernels {
         }
     }
 
+    /// bf16 → bf16 through word pairs with the token's row in registers, for rows of P steps of 2W
+    /// lanes: every head's loads before its stores (as in the chunks above), no per-head call. Only
+    /// with 32 registers (AVX-512): P·4 row and P·4 data vectors.
+    static constexpr std::size_t pair_hoist_max = registers >= 32 ? 4 : 0;  // interleaved P; half-split P/2
+
+    template <std::size_t P, class Heads>
+    static void half_split_pairs_hoisted(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr) noexcept {
+        const std::size_t n = tr.n;
+        fbatch ce[P], co[P], se[P], so[P];
+        for (std::size_t p = 0; p < P; ++p) {
+            ce[p] = fbatch::load_unaligned(tr.cpair + p * 2 * W), co[p] = fbatch::load_unaligned(tr.cpair + p * 2 * W + W);
+            se[p] = fbatch::load_unaligned(tr.spair + p * 2 * W), so[p] = fbatch::load_unaligned(tr.spair + p * 2 * W + W);
+        }
+        for (std::size_t h = 0; h < v.heads; ++h) {
+            const bf16* x = src_of(h).x;
+            bf16* yh = y + h * v.dst_head_stride;
+            prefetch_next_token(v, x, yh, tr);
+            typename ops::lane_pairs x1[P], x2[P];
+            for (std::size_t p = 0; p < P; ++p) x1[p] = ops::load_pairs(x + p * 2 * W), x2[p] = ops::load_pairs(x + n + p * 2 * W);
+            for (std::size_t p = 0; p < P; ++p) {
+                pin_in_register(x1[p].even), pin_in_register(x1[p].odd);
+                pin_in_register(x2[p].even), pin_in_register(x2[p].odd);
+            }
+            for (std::size_t p = 0; p < P; ++p) {
+                ops::store_pairs(yh + p * 2 * W, half_split_first(x1[p].even, x2[p].even, ce[p], se[p]),
+                                 half_split_first(x1[p].odd, x2[p].odd, co[p], so[p]));
+                ops::store_pairs(yh + n + p * 2 * W, half_split_second(x1[p].even, x2[p].even, ce[p], se[p]),
+                                 half_split_second(x1[p].odd, x2[p].odd, co[p], so[p]));
+            }
+        }
+    }
+
+    template <std::size_t P, class Heads>
+    static void interleaved_pairs_hoisted(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr) noexcept {
+        fbatch cv[P], sv[P];
+        for (std::size_t p = 0; p < P; ++p) cv[p] = fbatch::load_unaligned(tr.c + p * W), sv[p] = fbatch::load_unaligned(tr.s + p * W);
+        for (std::size_t h = 0; h < v.heads; ++h) {
+            const bf16* x = src_of(h).x;
+            bf16* yh = y + h * v.dst_head_stride;
+            prefetch_next_token(v, x, yh, tr);
+            typename ops::lane_pairs xv[P];
+            for (std::size_t p = 0; p < P; ++p) xv[p] = ops::load_pairs(x + p * 2 * W);
+            for (std::size_t p = 0; p < P; ++p) pin_in_register(xv[p].even), pin_in_register(xv[p].odd);
+            for (std::size_t p = 0; p < P; ++p)
+                ops::store_pairs(yh + p * 2 * W, half_split_first(xv[p].even, xv[p].odd, cv[p], sv[p]),
+                                 half_split_second(xv[p].even, xv[p].odd, cv[p], sv[p]));
+        }
+    }
+
+    /// The hoisted word-pair path where the pairs cover the whole row and it fits; false otherwise.
+    template <class Heads>
+    static bool try_pairs_hoisted(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr) noexcept {
+        if constexpr (pair_hoist_max > 0) {
+            const std::size_t lanes = tr.interleaved ? tr.r : tr.n;
+            if (lanes % (2 * W) != 0) return false;
+            const std::size_t steps = lanes / (2 * W);
+            if (tr.interleaved) {
+                switch (steps) {
+                    case 1: return interleaved_pairs_hoisted<1>(v, src_of, y, tr), true;
+                    case 2: return interleaved_pairs_hoisted<2>(v, src_of, y, tr), true;
+                    case 4: return interleaved_pairs_hoisted<4>(v, src_of, y, tr), true;
+                    default: return false;
+                }
+            }
+            switch (steps) {
+                case 1: return half_split_pairs_hoisted<1>(v, src_of, y, tr), true;
+                case 2: return half_split_pairs_hoisted<2>(v, src_of, y, tr), true;
+                default: return false;
+            }
+        } else {
+            (void)v, (void)src_of, (void)y, (void)tr;
+            return false;
+        }
+    }
+
     template <class Heads, class D>
     static bool try_hoisted(const view_args& v, const Heads& src_of, D* y, const token_rows& tr) noexcept {
-        if constexpr (bf16_pairs<decltype(src_of(0)), D>)  // the pair path replaces hoisting where it runs
-            if (tr.pairs && (tr.interleaved ? tr.r : tr.n) >= 2 * W) return false;
+        if constexpr (bf16_pairs<decltype(src_of(0)), D>)  // the pair path replaces float hoisting where it runs
+            if (tr.pairs && (tr.interleaved ? tr.r : tr.n) >= 2 * W) return try_pairs_hoisted(v, src_of, y, tr);
         if (tr.interleaved) {
             if (tr.r % W != 0 || tr.r / W > il_unroll) return false;
             switch (tr.r / W) {
