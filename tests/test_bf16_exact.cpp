@@ -1,7 +1,7 @@
 // bf16 in, bf16 out: every lane must be the float computation the kernels document — the products
 // and the fused multiply-add in float32 from the float cos/sin row — rounded once to bf16, bit for
-// bit. On AVX2 this goes through the word-pair path (two bf16 lanes per 32-bit word, rounding half up
-// with a tie fix-up), so the inputs here are chosen to hit what that path special-cases: exact ties
+// bit. On AVX2 and AVX-512 this goes through the word-pair path (two bf16 lanes per 32-bit word,
+// rounding half up with a tie fix-up), so the inputs here are chosen to hit what that path special-cases: exact ties
 // (cos = 1 + 2⁻⁸), overflow to inf, inf − inf = NaN, NaN and inf inputs, subnormals, and a row that
 // holds NaN (which must turn the pair path off). Expected values: std::fma and the scalar bf16
 // conversion, evaluated here; on architectures without FMA hardware only the FMA-free parts are
@@ -165,7 +165,8 @@ std::size_t check_all(xsimd::arch_list<Archs...>) {
          // AVX-512 the rows held in registers for 1, 2 and 4 steps (64: 1 / 2, 128: 2 / 4, 32: – / 1,
          // half-split / interleaved) and the loop where they do not fit (96: – / 3).
          for (const shape sh : {shape{128, 128}, shape{96, 96}, shape{64, 64}, shape{56, 56}, shape{40, 40},
-                                shape{34, 34}, shape{32, 32}, shape{16, 16}, shape{6, 6}, shape{128, 64}, shape{80, 48}})
+                                shape{34, 34}, shape{32, 32}, shape{16, 16}, shape{6, 6}, shape{128, 64}, shape{80, 48},
+                                shape{256, 128}})
              for (bool il : {false, true})
                  for (bool in_place : {true, false})
                      for (bool nan_row : {false, true})
@@ -178,7 +179,63 @@ std::size_t check_all(xsimd::arch_list<Archs...>) {
 }  // namespace
 
 TEST_CASE("bf16 to bf16 rounds the float FMA result once, bit for bit, at ties, overflow and NaN", "[dtypes][simd]") {
-    // Every CPU runs the SSE2 kernels: 11 shapes × 2 layouts × 2 placements × 2 row sets × 2 view sets, each comparing
+    // Every CPU runs the SSE2 kernels: 12 shapes × 2 layouts × 2 placements × 2 row sets × 2 view sets, each comparing
     // at least its s = 0 token (3 heads × head_dim ≥ 6 lanes; without FMA only such lanes compare).
-    REQUIRE(check_all(posenc::simd::dispatch_archs{}) >= 11 * 16 * 3 * 6);
+    REQUIRE(check_all(posenc::simd::dispatch_archs{}) >= 12 * 16 * 3 * 6);
+}
+
+namespace {
+
+/// bf16 → bf16 into a destination whose head and token strides differ from the source's: the same
+/// bits as into a dense destination, and nothing written between the destination's rows.
+template <class Arch>
+std::size_t check_strided_destination(const shape& sh, bool interleaved) {
+    if (!posenc::simd::compat::cpu_supports<Arch>()) return 0;
+    constexpr std::size_t heads = 3;
+    constexpr std::uint16_t sentinel = 0x1234;
+    const std::size_t r = sh.rotary_dim, n = r / 2;
+    const auto rows = rows_of(n, false);
+    const std::size_t tokens = rows.size() / r;
+    const std::size_t sts = heads * sh.head_dim, dhs = sh.head_dim + 40, dts = heads * dhs + 8;
+    const auto src = inputs(tokens * sts, static_cast<std::uint32_t>(sh.head_dim * 5 + r));
+    std::vector<bf16> dense(src.size(), bf16::from_bits(sentinel)), strided(tokens * dts, bf16::from_bits(sentinel));
+    auto run = [&](bf16* dst, std::size_t ts, std::size_t hs) {
+        posenc::simd::rotate_args a;
+        a.tokens = tokens;
+        a.head_dim = sh.head_dim;
+        a.rotary_dim = r;
+        a.layout = interleaved ? posenc::simd::layout_id::interleaved : posenc::simd::layout_id::half_split;
+        a.rows = rows.data();
+        a.view[0] = {src.data(), dst, posenc::dtype::bf16, posenc::dtype::bf16, heads, sts, sh.head_dim, ts, hs, nullptr, 0.0};
+        posenc::simd::rotate_functor{}(Arch{}, a);
+    };
+    run(dense.data(), sts, sh.head_dim);
+    run(strided.data(), dts, dhs);
+    std::size_t differ = 0, overwritten = 0;
+    for (std::size_t t = 0; t < tokens; ++t)
+        for (std::size_t h = 0; h < heads; ++h)
+            for (std::size_t i = 0; i < sh.head_dim; ++i)
+                differ += dense[t * sts + h * sh.head_dim + i].bits != strided[t * dts + h * dhs + i].bits;
+    for (std::size_t j = 0; j < strided.size(); ++j) {
+        const std::size_t in = j % dts;
+        if (in >= heads * dhs || in % dhs >= sh.head_dim) overwritten += strided[j].bits != sentinel;
+    }
+    INFO(Arch::name() << (interleaved ? " interleaved" : " half_split") << " head_dim " << sh.head_dim << " rotary " << r);
+    CHECK(differ == 0);
+    CHECK(overwritten == 0);
+    return 1;
+}
+
+template <class... Archs>
+std::size_t check_strided_all(xsimd::arch_list<Archs...>) {
+    std::size_t checked = 0;
+    for (const shape sh : {shape{128, 128}, shape{64, 64}, shape{32, 32}, shape{256, 128}, shape{128, 64}, shape{96, 96}})
+        for (bool il : {false, true}) ((checked += check_strided_destination<Archs>(sh, il)), ...);
+    return checked;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 to bf16 into a destination with other strides gives the dense destination's bits", "[dtypes][simd]") {
+    REQUIRE(check_strided_all(posenc::simd::dispatch_archs{}) >= 6 * 2);  // SSE2 at least
 }

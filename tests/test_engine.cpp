@@ -492,8 +492,9 @@ std::size_t check_invariance_all(xsimd::arch_list<Archs...>, const posenc::head_
     return compared;
 }
 
-/// Architectures with the same arithmetic (FMA hardware, or none) give bit-identical results: the
-/// dispatcher mixes AVX-512 (small calls) and AVX2 (large calls) on one CPU.
+/// Architectures with the same arithmetic (FMA hardware, or none) give bit-identical results (the
+/// dispatcher picks the widest for every call, but a program built without dispatch, or for another
+/// -march, may use the other).
 template <class A, class B, class Layout>
 std::size_t check_same_results(const posenc::head_rms_norm* norm) {
     if (!posenc::simd::compat::cpu_supports<A>() || !posenc::simd::compat::cpu_supports<B>()) {

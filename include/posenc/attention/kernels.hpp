@@ -11,6 +11,7 @@
 // shared by every query row of the tile (rows = G·query tokens); for 8 rows or fewer (decode) QKᵀ
 // takes dot products along D instead.
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -258,7 +259,7 @@ struct attention_steps {
         if (c < a.dv) pv_tail<R>(a, r0, c);
     }
 
-    /// The last dv − c0 < W columns with the same vector FMA per lane as pv_block. (A scalar loop here
+    /// The last dv − c0 < W columns with the same vector operation per lane as pv_block. (A scalar loop here
     /// rounded differently depending on the number of keys in the tile, so a decode chunk against a
     /// cache differed from prefill in the last bit, with FMA on AVX2 and AVX-512.) The accumulator rows
     /// are padded to 16 lanes; V's are not, so each key's tail is copied into zeroed lanes.
@@ -277,6 +278,8 @@ struct attention_steps {
     }
 
     static void pv(const attn_pv_args& a) noexcept {
+        assert(a.acc_stride % 16 == 0 && a.acc_stride >= a.dv);  // pv_tail reads and writes whole vectors
+        assert(reinterpret_cast<std::uintptr_t>(a.acc) % 64 == 0);
         std::size_t r = 0;
         for (; r + RB <= a.rows; r += RB) pv_rows<RB>(a, r);
         for (; r < a.rows; ++r) pv_rows<1>(a, r);
