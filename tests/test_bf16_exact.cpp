@@ -116,6 +116,17 @@ std::size_t mismatches(const std::vector<T>& src, const std::vector<T>& got, con
     return bad;
 }
 
+/// A call over `rows` (one row of rotary_dim floats per token) with no views yet.
+posenc::simd::rotate_args call_over(const std::vector<float>& rows, const shape& sh, bool interleaved) {
+    posenc::simd::rotate_args a;
+    a.tokens = rows.size() / sh.rotary_dim;
+    a.head_dim = sh.head_dim;
+    a.rotary_dim = sh.rotary_dim;
+    a.layout = interleaved ? posenc::simd::layout_id::interleaved : posenc::simd::layout_id::half_split;
+    a.rows = rows.data();
+    return a;
+}
+
 /// Runs bf16 → bf16 (in place or into another buffer) on Arch, optionally with a float view in the
 /// same call (a call the word pairs cover only in part), and compares every lane.
 template <class Arch>
@@ -129,12 +140,7 @@ std::size_t check(const shape& sh, bool interleaved, bool in_place, bool with_na
     std::vector<float> fsrc(src.size());
     for (std::size_t i = 0; i < src.size(); ++i) fsrc[i] = static_cast<float>(src[i]) * (1.0f + 0x1p-12f);
     std::vector<float> fbuf = fsrc;
-    posenc::simd::rotate_args a;
-    a.tokens = tokens;
-    a.head_dim = sh.head_dim;
-    a.rotary_dim = r;
-    a.layout = interleaved ? posenc::simd::layout_id::interleaved : posenc::simd::layout_id::half_split;
-    a.rows = rows.data();
+    posenc::simd::rotate_args a = call_over(rows, sh, interleaved);
     const std::size_t ts = heads * sh.head_dim;
     a.view[0] = {buf.data(), in_place ? static_cast<void*>(buf.data()) : static_cast<void*>(out.data()),
                  posenc::dtype::bf16, posenc::dtype::bf16, heads, ts, sh.head_dim, ts, sh.head_dim, nullptr, 0.0};
@@ -200,12 +206,7 @@ std::size_t check_strided_destination(const shape& sh, bool interleaved) {
     const auto src = inputs(tokens * sts, static_cast<std::uint32_t>(sh.head_dim * 5 + r));
     std::vector<bf16> dense(src.size(), bf16::from_bits(sentinel)), strided(tokens * dts, bf16::from_bits(sentinel));
     auto run = [&](bf16* dst, std::size_t ts, std::size_t hs) {
-        posenc::simd::rotate_args a;
-        a.tokens = tokens;
-        a.head_dim = sh.head_dim;
-        a.rotary_dim = r;
-        a.layout = interleaved ? posenc::simd::layout_id::interleaved : posenc::simd::layout_id::half_split;
-        a.rows = rows.data();
+        posenc::simd::rotate_args a = call_over(rows, sh, interleaved);
         a.view[0] = {src.data(), dst, posenc::dtype::bf16, posenc::dtype::bf16, heads, sts, sh.head_dim, ts, hs, nullptr, 0.0};
         posenc::simd::rotate_functor{}(Arch{}, a);
     };

@@ -317,6 +317,18 @@ struct kernels {
     template <class Src, class D>
     static constexpr bool bf16_pairs = ops::has_bf16_pairs && std::is_same_v<Src, stored_lanes<bf16>> && std::is_same_v<D, bf16>;
 
+    /// One word-pair step: loaded pairs of the two halves (x1 at lane i, x2 at n + i) or of an
+    /// interleaved run (the pair's lanes are a word's halves), rotated by rows in the same pairing.
+    static void half_split_pair_step(bf16* y, std::size_t n, const typename ops::lane_pairs& x1,
+                                     const typename ops::lane_pairs& x2, const fbatch& ce, const fbatch& co,
+                                     const fbatch& se, const fbatch& so) noexcept {
+        ops::store_pairs(y, half_split_first(x1.even, x2.even, ce, se), half_split_first(x1.odd, x2.odd, co, so));
+        ops::store_pairs(y + n, half_split_second(x1.even, x2.even, ce, se), half_split_second(x1.odd, x2.odd, co, so));
+    }
+    static void interleaved_pair_step(bf16* y, const typename ops::lane_pairs& x, const fbatch& c, const fbatch& s) noexcept {
+        ops::store_pairs(y, half_split_first(x.even, x.odd, c, s), half_split_second(x.even, x.odd, c, s));
+    }
+
     template <class Src, class D>
     static void half_split_head(const Src& src, D* y, const token_rows& tr) noexcept {
         constexpr std::size_t U = hs_unroll;
@@ -330,9 +342,7 @@ struct kernels {
                 const auto x1 = ops::load_pairs(x + i), x2 = ops::load_pairs(x + n + i);
                 const fbatch ce = fbatch::load_unaligned(cp + i), co = fbatch::load_unaligned(cp + i + W);
                 const fbatch se = fbatch::load_unaligned(sp + i), so = fbatch::load_unaligned(sp + i + W);
-                ops::store_pairs(y + i, half_split_first(x1.even, x2.even, ce, se), half_split_first(x1.odd, x2.odd, co, so));
-                ops::store_pairs(y + n + i, half_split_second(x1.even, x2.even, ce, se),
-                                 half_split_second(x1.odd, x2.odd, co, so));
+                half_split_pair_step(y + i, n, x1, x2, ce, co, se, so);
             }
         }
         fbatch cv[U], sv[U];
@@ -380,7 +390,7 @@ struct kernels {
             for (const std::size_t end = tr.pairs ? r : 0; i + 2 * W <= end; i += 2 * W) {
                 const auto v = ops::load_pairs(x + i);
                 const fbatch cv = fbatch::load_unaligned(c + i / 2), sv = fbatch::load_unaligned(s + i / 2);
-                ops::store_pairs(y + i, half_split_first(v.even, v.odd, cv, sv), half_split_second(v.even, v.odd, cv, sv));
+                interleaved_pair_step(y + i, v, cv, sv);
             }
         }
         fbatch cv[U], sv[U];
@@ -510,8 +520,8 @@ struct kernels {
 
     /// bf16 → bf16 through word pairs with the token's row in registers, for rows of P steps of 2W
     /// lanes: every head's loads before its stores (as in the chunks above), no per-head call. Only
-    /// with 32 registers (AVX-512): P·4 row and P·4 data vectors.
-    static constexpr std::size_t pair_hoist_max = registers >= 32 ? 4 : 0;  // interleaved P; half-split P/2
+    /// with 32 registers (AVX-512): up to 8 row and 8 data vectors (half-split P ≤ 2, interleaved P ≤ 4).
+    static constexpr bool pairs_hoist = registers >= 32;
 
     template <std::size_t P, class Heads>
     static void half_split_pairs_hoisted(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr) noexcept {
@@ -531,12 +541,7 @@ struct kernels {
                 pin_in_register(x1[p].even), pin_in_register(x1[p].odd);
                 pin_in_register(x2[p].even), pin_in_register(x2[p].odd);
             }
-            for (std::size_t p = 0; p < P; ++p) {
-                ops::store_pairs(yh + p * 2 * W, half_split_first(x1[p].even, x2[p].even, ce[p], se[p]),
-                                 half_split_first(x1[p].odd, x2[p].odd, co[p], so[p]));
-                ops::store_pairs(yh + n + p * 2 * W, half_split_second(x1[p].even, x2[p].even, ce[p], se[p]),
-                                 half_split_second(x1[p].odd, x2[p].odd, co[p], so[p]));
-            }
+            for (std::size_t p = 0; p < P; ++p) half_split_pair_step(yh + p * 2 * W, n, x1[p], x2[p], ce[p], co[p], se[p], so[p]);
         }
     }
 
@@ -551,16 +556,14 @@ struct kernels {
             typename ops::lane_pairs xv[P];
             for (std::size_t p = 0; p < P; ++p) xv[p] = ops::load_pairs(x + p * 2 * W);
             for (std::size_t p = 0; p < P; ++p) pin_in_register(xv[p].even), pin_in_register(xv[p].odd);
-            for (std::size_t p = 0; p < P; ++p)
-                ops::store_pairs(yh + p * 2 * W, half_split_first(xv[p].even, xv[p].odd, cv[p], sv[p]),
-                                 half_split_second(xv[p].even, xv[p].odd, cv[p], sv[p]));
+            for (std::size_t p = 0; p < P; ++p) interleaved_pair_step(yh + p * 2 * W, xv[p], cv[p], sv[p]);
         }
     }
 
     /// The hoisted word-pair path where the pairs cover the whole row and it fits; false otherwise.
     template <class Heads>
     static bool try_pairs_hoisted(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr) noexcept {
-        if constexpr (pair_hoist_max > 0) {
+        if constexpr (pairs_hoist) {
             const std::size_t lanes = tr.interleaved ? tr.r : tr.n;
             if (lanes % (2 * W) != 0) return false;
             const std::size_t steps = lanes / (2 * W);
