@@ -20,6 +20,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include "posenc/attention/functors.hpp"
+#include "posenc/detail/unroll.hpp"
 
 namespace posenc::simd {
 
@@ -122,16 +123,16 @@ struct attention_steps {
             for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
                 const float* q0 = a.q + r0 * D;
                 batch acc0[RB], acc1[RB];
-                for (std::size_t i = 0; i < RB; ++i) acc0[i] = acc1[i] = batch(0.0f);
+                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) acc0[i] = acc1[i] = batch(0.0f);
                 for (std::size_t d = 0; d < Dw; d += W) {
                     const batch kv0 = batch::load_unaligned(k0 + d), kv1 = batch::load_unaligned(k1 + d);
-                    for (std::size_t i = 0; i < RB; ++i) {
+                    POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
                         const batch qv = batch::load_unaligned(q0 + i * D + d);
                         acc0[i] = xsimd::fma(qv, kv0, acc0[i]);
                         acc1[i] = xsimd::fma(qv, kv1, acc1[i]);
                     }
                 }
-                for (std::size_t i = 0; i < RB; ++i) {
+                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
                     float x0 = hsum(acc0[i]), x1 = hsum(acc1[i]);
                     for (std::size_t d = Dw; d < D; ++d) {
                         x0 += q0[i * D + d] * k0[d];
@@ -147,12 +148,12 @@ struct attention_steps {
             for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
                 const float* q0 = a.q + r0 * D;
                 batch acc[RB];
-                for (std::size_t i = 0; i < RB; ++i) acc[i] = batch(0.0f);
+                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) acc[i] = batch(0.0f);
                 for (std::size_t d = 0; d < Dw; d += W) {
                     const batch kv = batch::load_unaligned(kr + d);
-                    for (std::size_t i = 0; i < RB; ++i) acc[i] = xsimd::fma(batch::load_unaligned(q0 + i * D + d), kv, acc[i]);
+                    POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) acc[i] = xsimd::fma(batch::load_unaligned(q0 + i * D + d), kv, acc[i]);
                 }
-                for (std::size_t i = 0; i < RB; ++i) {
+                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
                     float x = hsum(acc[i]);
                     for (std::size_t d = Dw; d < D; ++d) x += q0[i * D + d] * kr[d];
                     a.s[(r0 + i) * BK + j] = x;
@@ -173,21 +174,21 @@ struct attention_steps {
         }
         for (std::size_t r = 0; r < a.rows; r += RB) {
             const float* q0 = a.q + r * D;
-            for (std::size_t c = 0; c < NV; c += CV) {
+            POSENC_UNROLL for (std::size_t c = 0; c < NV; c += CV) {
                 batch acc[RB][CV];
-                for (std::size_t i = 0; i < RB; ++i)
-                    for (std::size_t u = 0; u < CV; ++u) acc[i][u] = batch(0.0f);
+                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i)
+                    POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u] = batch(0.0f);
                 const float* kc = kt + c * W;
                 for (std::size_t d = 0; d < D; ++d) {
                     batch kv[CV];
-                    for (std::size_t u = 0; u < CV; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
-                    for (std::size_t i = 0; i < RB; ++i) {
+                    POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
+                    POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
                         const batch qb(q0[i * D + d]);
-                        for (std::size_t u = 0; u < CV; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
+                        POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
                     }
                 }
-                for (std::size_t i = 0; i < RB; ++i)
-                    for (std::size_t u = 0; u < CV; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
+                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i)
+                    POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
             }
         }
     }
@@ -198,23 +199,23 @@ struct attention_steps {
             float* s = a.s + r * BK;
             for (std::size_t j = a.keys; j < BK; ++j) s[j] = ninf;
             batch v[NV];
-            for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
             if (a.softcap > 0.0f) {
                 const batch c(a.softcap), inv(1.0f / a.softcap);
-                for (std::size_t u = 0; u < NV; ++u) v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
+                POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
             }
             batch mx = v[0];
-            for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
+            POSENC_UNROLL for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
             const float tile_max = hmax(mx);
             const float m_old = a.m[r];
             const float m_new = tile_max > m_old ? tile_max : m_old;
             if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged
-                for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
+                POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
                 continue;
             }
             const batch mb(m_new);
             batch sum(0.0f);
-            for (std::size_t u = 0; u < NV; ++u) {
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
                 const batch p = exp_nonpositive(v[u] - mb);  // exp(−∞) = 0
                 p.store_aligned(s + u * W);
                 sum += p;
@@ -235,20 +236,20 @@ struct attention_steps {
     template <std::size_t R, std::size_t C>
     static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
         batch acc[R][C];
-        for (std::size_t i = 0; i < R; ++i)
-            for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
+        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
         for (std::size_t j = 0; j < a.keys; ++j) {
             const float* vr = a.v + j * a.v_stride + c0;
             if (c0 == 0 && r0 == 0) prefetch_row(a.v, j + prefetch_rows, a.v_stride, a.dv);
             batch vv[C];
-            for (std::size_t u = 0; u < C; ++u) vv[u] = batch::load_unaligned(vr + u * W);
-            for (std::size_t i = 0; i < R; ++i) {
+            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) vv[u] = batch::load_unaligned(vr + u * W);
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
                 const batch pb(a.p[(r0 + i) * BK + j]);
-                for (std::size_t u = 0; u < C; ++u) acc[i][u] = xsimd::fma(pb, vv[u], acc[i][u]);
+                POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = xsimd::fma(pb, vv[u], acc[i][u]);
             }
         }
-        for (std::size_t i = 0; i < R; ++i)
-            for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
+        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
     }
 
     template <std::size_t R>
@@ -267,14 +268,14 @@ struct attention_steps {
     static void pv_tail(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
         const std::size_t m = a.dv - c0;
         batch acc[R];
-        for (std::size_t i = 0; i < R; ++i) acc[i] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
+        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
         alignas(64) float vt[W] = {};
         for (std::size_t j = 0; j < a.keys; ++j) {
             std::memcpy(vt, a.v + j * a.v_stride + c0, m * sizeof(float));
             const batch vv = batch::load_aligned(vt);
-            for (std::size_t i = 0; i < R; ++i) acc[i] = xsimd::fma(batch(a.p[(r0 + i) * BK + j]), vv, acc[i]);
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] = xsimd::fma(batch(a.p[(r0 + i) * BK + j]), vv, acc[i]);
         }
-        for (std::size_t i = 0; i < R; ++i) acc[i].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
+        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
     }
 
     static void pv(const attn_pv_args& a) noexcept {

@@ -27,21 +27,11 @@
 
 #include "posenc/core/dtypes.hpp"
 #include "posenc/detail/angles.hpp"
+#include "posenc/detail/unroll.hpp"
 #include "posenc/simd/arch_ops.hpp"
 #include "posenc/simd/functors.hpp"
 #include "posenc/simd/rotate_args.hpp"
 #include "posenc/simd/xsimd_compat.hpp"
-
-// The loops over a chunk's U vectors (and the norm's partial sums) must be unrolled completely, or
-// their arrays of vectors live on the stack: g++ 12 at -O2 (CMake's RelWithDebInfo) left them rolled
-// and the kernels ran 2–2.5× slower than at -O3 (L1-resident heads, Zen 5).
-#if defined(__clang__)
-#define POSENC_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define POSENC_UNROLL _Pragma("GCC unroll 16")
-#else
-#define POSENC_UNROLL
-#endif
 
 namespace posenc::simd {
 
@@ -776,5 +766,3 @@ void table_functor::operator()(Arch, const table_args& args) const noexcept {
 }
 
 }  // namespace posenc::simd
-
-#undef POSENC_UNROLL
