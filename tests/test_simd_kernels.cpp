@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cstring>
 #include <tuple>
 
 #include "support/catch.hpp"
@@ -279,4 +280,65 @@ std::size_t check_far_all(xsimd::arch_list<Archs...>) {
 
 TEST_CASE("positions far beyond any context (up to 2^62, negative) equal the double reference", "[simd]") {
     REQUIRE(check_far_all(posenc::simd::dispatch_archs{}) >= 2);
+}
+
+namespace {
+// Rows are read where they lie (in the table, or in the caller's array) when the rotary width is a
+// multiple of the vector width; nothing may be read past a row's 2·pairs floats. The last rows of a
+// table and of a caller's array (each sized exactly: AddressSanitizer sees a read past the end) must
+// also give the bits of the same rows computed on the fly.
+template <class Layout, class T, class Arch>
+void check_last_rows(std::size_t rotary) {
+    const std::size_t H = 3, P = 40;
+    const auto inv = posenc_test::closed_form_inv_freq(10000.0, rotary);
+    const posenc::cos_sin_table table(posenc::rope_frequencies{inv, amplitude}, static_cast<std::int64_t>(P));
+    const std::vector<std::int64_t> pos{static_cast<std::int64_t>(P) - 2, static_cast<std::int64_t>(P) - 1};
+    std::vector<float> rows(pos.size() * rotary);
+    for (std::size_t t = 0; t < pos.size(); ++t) {
+        std::copy(table.cos(pos[t]).begin(), table.cos(pos[t]).end(), rows.begin() + static_cast<std::ptrdiff_t>(t * rotary));
+        std::copy(table.sin(pos[t]).begin(), table.sin(pos[t]).end(),
+                  rows.begin() + static_cast<std::ptrdiff_t>(t * rotary + rotary / 2));
+    }
+    std::vector<T> original;
+    for (float v : random_floats(pos.size() * H * rotary, 9)) original.push_back(T(v));
+    const auto rotated = [&](source src) {
+        std::vector<T> buf = original;
+        posenc::detail::rotate_job j;
+        j.views[0] = posenc::detail::job_view::in_place(posenc::heads_view<T>(std::span<T>(buf), {pos.size(), H, rotary}));
+        j.positions = pos;
+        j.rotary_dim = rotary;
+        j.table = src == source::table ? &table : nullptr;
+        j.rows = src == source::rows ? rows.data() : nullptr;
+        j.inv_freq = inv.data();
+        j.amplitude = amplitude;
+        posenc::simd::rotate_functor{}(Arch{}, posenc::detail::to_args<Layout>(j));
+        return buf;
+    };
+    const auto direct = rotated(source::on_the_fly), from_table = rotated(source::table), from_rows = rotated(source::rows);
+    INFO(Arch::name() << " " << Layout::name << " rotary " << rotary << " " << (sizeof(T) == 2 ? "bf16" : "float"));
+    CHECK(std::memcmp(from_table.data(), direct.data(), direct.size() * sizeof(T)) == 0);
+    CHECK(std::memcmp(from_rows.data(), direct.data(), direct.size() * sizeof(T)) == 0);
+    CHECK(std::memcmp(direct.data(), original.data(), direct.size() * sizeof(T)) != 0);
+}
+
+template <class... Archs>
+std::size_t check_last_rows_all(xsimd::arch_list<Archs...>) {
+    std::size_t checked = 0;
+    (([&] {
+         if (!posenc::simd::compat::cpu_supports<Archs>()) return;
+         for (std::size_t rotary : {8u, 16u, 32u, 64u, 128u, 256u, 24u, 40u}) {
+             check_last_rows<posenc::half_split, float, Archs>(rotary);
+             check_last_rows<posenc::interleaved, float, Archs>(rotary);
+             check_last_rows<posenc::half_split, posenc::bf16, Archs>(rotary);
+             check_last_rows<posenc::interleaved, posenc::bf16, Archs>(rotary);
+             checked += 4;
+         }
+     }()),
+     ...);
+    return checked;
+}
+}  // namespace
+
+TEST_CASE("the last rows of a table or of a caller's array: nothing read past them, the bits of direct rows", "[simd]") {
+    REQUIRE(check_last_rows_all(posenc::simd::dispatch_archs{}) >= 32);
 }

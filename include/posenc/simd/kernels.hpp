@@ -39,6 +39,9 @@ namespace patterns {
 struct duplicate_low_half {  // (c0, c1, …) → (c0, c0, c1, c1, …)
     static constexpr unsigned get(unsigned i, unsigned) noexcept { return i / 2u; }
 };
+struct duplicate_high_half {  // (…, c_{n/2}, c_{n/2+1}, …) → (c_{n/2}, c_{n/2}, c_{n/2+1}, …)
+    static constexpr unsigned get(unsigned i, unsigned n) noexcept { return n / 2u + i / 2u; }
+};
 }  // namespace patterns
 
 /// Makes the compiler treat a loaded vector as produced here, so every load of a head happens before
@@ -491,13 +494,17 @@ struct kernels {
 
     // ---- one tensor of one token ------------------------------------------------------------------
 
-    /// Head x → y of the next token, asked for while this one is rotated: the hardware prefetcher
-    /// alone left the loads waiting on memory (on this project's VM: in-place S1 10–20% faster, the
-    /// fused norm's first pass over a head no longer stalls the rotations).
+    /// Head x → y of the next token, asked for while this one is rotated — float buffers only. For
+    /// float the hardware prefetcher alone left the loads waiting on memory (Zen 3: in-place S1
+    /// 10–20% faster, the fused norm's first pass over a head no longer stalls the rotations). 16-bit
+    /// buffers move half the bytes for the same arithmetic, and there the prefetches only cost
+    /// (Zen 5, S1-bf16/fp16: 0.59–0.83 of the limit with them, 0.77–0.94 without, three alternating
+    /// rounds; L2-resident fp16 heads 30% faster).
     template <class S, class D>
     static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
-        prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
-        if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
+        if constexpr (sizeof(S) == sizeof(float)) prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
+        if constexpr (sizeof(D) == sizeof(float))
+            if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
     }
 
     /// The token's row kept in registers for every head; `src_of(h)` is head h's lane source.
@@ -691,7 +698,8 @@ struct kernels {
             bf16_views |= p;
             only_bf16_views &= p;
         }
-        constexpr auto dup = compat::swizzle_mask<Arch, patterns::duplicate_low_half>();
+        constexpr auto dup_low = compat::swizzle_mask<Arch, patterns::duplicate_low_half>();
+        constexpr auto dup_high = compat::swizzle_mask<Arch, patterns::duplicate_high_half>();
         fbatch alternate;  // (−1, 1, −1, 1, …)
         {
             alignas(64) float alt[W];
@@ -705,6 +713,10 @@ struct kernels {
         const bool consecutive = !a.rows && !a.table && !a.pos64 && !a.pos32 && a.pos_step == 1;
         consecutive_rows rows;
         if (consecutive) rows.start(a.inv_freq, n);
+        // The caller's rows (or the table's) are read where they are when nothing reads past their n
+        // lanes (n a multiple of W: no tails, and the interleaved rows below take whole vectors) and
+        // they need no scaling or sign; otherwise they are copied into c and s.
+        const bool rows_in_place = (a.rows || a.table) && a.row_scale == 1.0 && !a.inverse && n % W == 0;
         for (std::size_t t = 0; t < a.tokens; ++t) {
             const float* src = nullptr;
             if (a.rows) {
@@ -716,7 +728,10 @@ struct kernels {
             } else {
                 cos_sin_row(a.inv_freq, n, position(a, t), a.amplitude, c, s);
             }
-            if (src && a.row_scale == 1.0) {
+            if (rows_in_place) {
+                tr.c = src;
+                tr.s = src + n;
+            } else if (src && a.row_scale == 1.0) {
                 std::memcpy(c, src, n * sizeof(float));
                 std::memcpy(s, src + n, n * sizeof(float));
             } else if (src) {
@@ -727,20 +742,23 @@ struct kernels {
             }
             if (a.inverse)
                 for (std::size_t i = 0; i < n; ++i) s[i] = -s[i];
-            if (bf16_views) tr.pairs = !ops::any_nan(c, s, n);  // rows may hold NaN: a caller's rows, a NaN amplitude
+            if (bf16_views) tr.pairs = !ops::any_nan(tr.c, tr.s, n);  // rows may hold NaN: a caller's rows, a NaN amplitude
             // The interleaved per-lane rows, unless word pairs rotate every lane (they read the compact
             // row). In step with interleaved_head's pair loop (all of [0, r) when r is a multiple of
             // 2W) and with try_hoisted, which then returns false.
             const bool pairs_cover_row = only_bf16_views && tr.pairs && r % (2 * W) == 0;
-            if (interleaved && !pairs_cover_row)
-                for (std::size_t i = 0; i < r; i += W) {
-                    xsimd::swizzle(fbatch::load_unaligned(c + i / 2), dup).store_aligned(cdup + i);
-                    (xsimd::swizzle(fbatch::load_unaligned(s + i / 2), dup) * alternate).store_aligned(sdup + i);
+            if (interleaved && !pairs_cover_row)  // W compact lanes make 2W per-lane ones
+                for (std::size_t i = 0; i < r; i += 2 * W) {
+                    const fbatch cv = fbatch::load_unaligned(tr.c + i / 2), sv = fbatch::load_unaligned(tr.s + i / 2);
+                    xsimd::swizzle(cv, dup_low).store_aligned(cdup + i);
+                    (xsimd::swizzle(sv, dup_low) * alternate).store_aligned(sdup + i);
+                    xsimd::swizzle(cv, dup_high).store_aligned(cdup + i + W);
+                    (xsimd::swizzle(sv, dup_high) * alternate).store_aligned(sdup + i + W);
                 }
             if (tr.pairs && !interleaved)
                 for (std::size_t b = 0; b + 2 * W <= n; b += 2 * W) {
-                    ops::pair_lanes(c + b, cpair + b);
-                    ops::pair_lanes(s + b, spair + b);
+                    ops::pair_lanes(tr.c + b, cpair + b);
+                    ops::pair_lanes(tr.s + b, spair + b);
                 }
             for (const view_args& v : a.view) {
                 if (!v.src || v.heads == 0) continue;
