@@ -60,6 +60,10 @@ struct arch_ops {
     }
 
     // ---- lane moves ------------------------------------------------------------------------------------
+    template <std::size_t Step>
+    struct rotate_by {  // lane j takes lane j + Step (wrapping)
+        static constexpr unsigned get(unsigned i, unsigned n) noexcept { return (i + Step) % n; }
+    };
     struct swap_pattern {  // lane i takes lane i ^ 1
         static constexpr unsigned get(unsigned i, unsigned) noexcept { return i ^ 1u; }
     };
@@ -80,6 +84,36 @@ struct arch_ops {
         else
 #endif
             return xsimd::swizzle(x, compat::swizzle_mask<Arch, swap_pattern>());
+    }
+
+    /// Lane j < Step of the result is lane j + Step of v (Step = 8, 4, 2, 1, below W); the other lanes
+    /// are unspecified. In-lane permutes where they do (cheaper than a general swizzle, and no index
+    /// vector to load).
+    template <std::size_t Step>
+    static fbatch lanes_above(const fbatch& v) noexcept {
+        static_assert(Step < W);
+#if defined(__AVX512F__)
+        if constexpr (is_avx512) {
+            if constexpr (Step == 8) return _mm512_shuffle_f32x4(v, v, 0x4E);
+            else if constexpr (Step == 4) return _mm512_shuffle_f32x4(v, v, 0xB1);
+            else if constexpr (Step == 2) return _mm512_permute_ps(v, 0x4E);
+            else return _mm512_permute_ps(v, 0xB1);
+        } else
+#endif
+#if defined(__AVX2__)
+        if constexpr (is_avx2) {
+            if constexpr (Step == 4) return _mm256_permute2f128_ps(v, v, 0x01);
+            else if constexpr (Step == 2) return _mm256_permute_ps(v, 0x4E);
+            else return _mm256_permute_ps(v, 0xB1);
+        } else
+#endif
+#if defined(__SSE2__)
+        if constexpr (is_sse4_1 || is_sse2) {
+            if constexpr (Step == 2) return _mm_shuffle_ps(v, v, 0x4E);
+            else return _mm_shuffle_ps(v, v, 0xB1);
+        } else
+#endif
+            return xsimd::swizzle(v, compat::swizzle_mask<Arch, rotate_by<Step>>());
     }
 
     // ---- loads ---------------------------------------------------------------------------------------
