@@ -20,7 +20,8 @@
 #include <xsimd/xsimd.hpp>
 
 #include "posenc/attention/functors.hpp"
-#include "posenc/detail/unroll.hpp"
+#include "posenc/simd/arch_ops.hpp"
+#include "posenc/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
 
 namespace posenc::simd {
 
@@ -30,6 +31,7 @@ struct attention_steps {
     static constexpr std::size_t W = batch::size;
     static constexpr std::size_t BK = attn_key_tile;
     static constexpr std::size_t NV = BK / W;           // vectors per score row
+    static_assert(NV <= 16, "POSENC_UNROLL unrolls loops of up to 16 trips completely");
     static constexpr std::size_t CV = NV < 4 ? NV : 4;  // vectors per register block
     static constexpr std::size_t RB = attn_row_block;
     static constexpr float ninf = -__builtin_inff();  // (not numeric_limits: a weak function at -O0)
@@ -41,8 +43,10 @@ struct attention_steps {
     /// never be prefetched), so past the last key too: a hint, it never faults, and the address is
     /// computed without pointer arithmetic. 4 rows ahead: S6 at 0.66 of the read pass (8 rows 0.65,
     /// 16 rows 0.62; 0.55 with 16 rows before the prefetch crossed tiles).
+    /// (Always inlined, as the rotary kernels' prefetch: g++ 12 at -O2 may delete calls to an
+    /// out-of-line function whose only effect is a prefetch.)
     static constexpr std::size_t prefetch_rows = 4;
-    static void prefetch_row(const float* base, std::size_t row, std::size_t stride, std::size_t n) noexcept {
+    [[gnu::always_inline]] static void prefetch_row(const float* base, std::size_t row, std::size_t stride, std::size_t n) noexcept {
         const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(base) + row * stride * sizeof(float);
         for (std::uintptr_t line = at & ~std::uintptr_t{63}; line < at + n * sizeof(float); line += 64)
             __builtin_prefetch(reinterpret_cast<const void*>(line));
@@ -100,12 +104,15 @@ struct attention_steps {
         for (std::size_t i = 1; i < W; ++i) m = t[i] > m ? t[i] : m;
         return m;
     }
-    static float hsum(const batch& b) noexcept {  // pairwise, not a serial chain
-        alignas(64) float t[W];
-        b.store_aligned(t);
-        for (std::size_t w = W / 2; w > 0; w /= 2)
-            for (std::size_t i = 0; i < w; ++i) t[i] += t[i + w];
-        return t[0];
+    /// Pairwise, not a serial chain: lane i += lane i + w for w = W/2, …, 1, in registers (in-lane
+    /// permutes; a loop over a stored copy was scalar at -O2).
+    static float hsum(batch b) noexcept {
+        using ops = arch_ops<Arch>;
+        if constexpr (W >= 16) b = b + ops::template lanes_above<8>(b);
+        if constexpr (W >= 8) b = b + ops::template lanes_above<4>(b);
+        if constexpr (W >= 4) b = b + ops::template lanes_above<2>(b);
+        if constexpr (W >= 2) b = b + ops::template lanes_above<1>(b);
+        return b.get(0);
     }
 
     /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
@@ -301,3 +308,5 @@ void attn_pv_functor::operator()(Arch, const attn_pv_args& a) const noexcept {
 }
 
 }  // namespace posenc::simd
+
+#undef POSENC_UNROLL

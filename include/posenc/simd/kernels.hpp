@@ -27,11 +27,11 @@
 
 #include "posenc/core/dtypes.hpp"
 #include "posenc/detail/angles.hpp"
-#include "posenc/detail/unroll.hpp"
 #include "posenc/simd/arch_ops.hpp"
 #include "posenc/simd/functors.hpp"
 #include "posenc/simd/rotate_args.hpp"
 #include "posenc/simd/xsimd_compat.hpp"
+#include "posenc/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
 
 namespace posenc::simd {
 
@@ -481,8 +481,10 @@ struct kernels {
 
     /// Asks for the lines `bytes` past p (a hint: it never faults, also past the end of a buffer, and
     /// the address is computed without pointer arithmetic).
+    /// Always inlined: g++ 12 at -O2 found the out-of-line function free of side effects (IPA modref)
+    /// and deleted the calls, so float kernels ran without their prefetches (S1 1.6× slower).
     template <int ForWriting>
-    static void prefetch_lines(const void* p, std::size_t ahead, std::size_t bytes) noexcept {
+    [[gnu::always_inline]] static void prefetch_lines(const void* p, std::size_t ahead, std::size_t bytes) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
         const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + ahead;
         // (A counted loop: one over line addresses, `line < at + bytes`, made the fused norm 1.5×
@@ -502,7 +504,7 @@ struct kernels {
     /// (Zen 5, S1-bf16/fp16: 0.59–0.83 of the limit with them, 0.77–0.94 without, three alternating
     /// rounds; L2-resident fp16 heads 30% faster).
     template <class S, class D>
-    static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
+    [[gnu::always_inline]] static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
         if constexpr (sizeof(S) == sizeof(float)) prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
         if constexpr (sizeof(D) == sizeof(float))
             if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
@@ -785,3 +787,5 @@ void table_functor::operator()(Arch, const table_args& args) const noexcept {
 }
 
 }  // namespace posenc::simd
+
+#undef POSENC_UNROLL
