@@ -104,16 +104,8 @@ struct attention_steps {
         for (std::size_t i = 1; i < W; ++i) m = t[i] > m ? t[i] : m;
         return m;
     }
-    /// Pairwise, not a serial chain: lane i += lane i + w for w = W/2, …, 1, in registers (in-lane
-    /// permutes; a loop over a stored copy was scalar at -O2).
-    static float hsum(batch b) noexcept {
-        using ops = arch_ops<Arch>;
-        if constexpr (W >= 16) b = b + ops::template lanes_above<8>(b);
-        if constexpr (W >= 8) b = b + ops::template lanes_above<4>(b);
-        if constexpr (W >= 4) b = b + ops::template lanes_above<2>(b);
-        if constexpr (W >= 2) b = b + ops::template lanes_above<1>(b);
-        return b.get(0);
-    }
+    /// Pairwise, not a serial chain, in registers (a loop over a stored copy was scalar at -O2).
+    static float hsum(const batch& b) noexcept { return arch_ops<Arch>::pairwise_sum(b); }
 
     /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
     /// never transposed; the transposition would cost more than these rows' FMAs.

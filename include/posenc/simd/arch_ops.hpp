@@ -116,6 +116,17 @@ struct arch_ops {
             return xsimd::swizzle(v, compat::swizzle_mask<Arch, rotate_by<Step>>());
     }
 
+    /// Σ of v's lanes as a fixed pairwise tree: lane j += lane j + s for s = W/2, …, 1, then lane 0
+    /// (the same additions for every width once the steps of W lanes or more are done).
+    static float pairwise_sum(fbatch v) noexcept {
+        static_assert(W <= 16);
+        if constexpr (W >= 16) v = v + lanes_above<8>(v);
+        if constexpr (W >= 8) v = v + lanes_above<4>(v);
+        if constexpr (W >= 4) v = v + lanes_above<2>(v);
+        if constexpr (W >= 2) v = v + lanes_above<1>(v);
+        return v.get(0);
+    }
+
     // ---- loads ---------------------------------------------------------------------------------------
     static fbatch load(const float* p) noexcept { return fbatch::load_unaligned(p); }
 

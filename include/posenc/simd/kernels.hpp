@@ -453,13 +453,7 @@ struct kernels {
         }
         POSENC_UNROLL for (std::size_t step = B / 2; step >= 1; step /= 2)  // tree steps of W lanes or more
             for (std::size_t b = 0; b < step; ++b) acc[b] = acc[b] + acc[b + step];
-        fbatch v = acc[0];  // the steps within a vector
-        static_assert(W <= 16);
-        if constexpr (W >= 16) v = v + ops::template lanes_above<8>(v);
-        if constexpr (W >= 8) v = v + ops::template lanes_above<4>(v);
-        v = v + ops::template lanes_above<2>(v);
-        v = v + ops::template lanes_above<1>(v);
-        return v.get(0);
+        return ops::pairwise_sum(acc[0]);  // the steps within a vector
     }
 
     /// out[h] = 1/√(sums[h]/head_dim + eps) for h < count, in double, each rounded once to float;
