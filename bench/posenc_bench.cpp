@@ -46,7 +46,9 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -77,15 +79,39 @@ struct buffers {
     aligned_vector q, k;
     buffers(std::size_t tokens, std::size_t q_heads, std::size_t kv_heads, std::size_t head_dim)
         : q(tokens * q_heads * head_dim), k(tokens * kv_heads * head_dim) {
+        fill();
+    }
+    void fill() {
         for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i % 97) * 0.01f;
         for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i % 89) * 0.01f;
     }
     [[nodiscard]] double bytes_moved() const { return 2.0 * static_cast<double>((q.size() + k.size()) * sizeof(float)); }
 };
 
+/// S1's Q and K, refilled for every benchmark run: what one benchmark leaves in them (see
+/// representative_data) must not decide what the next one measures.
 buffers& s1_buffers() {
     static buffers b(S1_tokens, S1_q_heads, S1_kv_heads, S1_head_dim);
+    b.fill();
     return b;
+}
+
+/// Whether the values a benchmark ran on stayed normal floats (or zero). Subnormals cost a microcode
+/// assist per operation on Intel cores (the limit pass too): a run over them times the assists. The
+/// fused norm's weights, applied again and again, drained lanes of S1's heads into subnormals within a
+/// few hundred iterations; on a Xeon that made the fused-norm rows up to 20× slower and every later
+/// benchmark on the same buffers up to 6× (rope/S1/interleaved: 11.4 ms against 1.8). A benchmark
+/// whose data did not stay representative reports an error instead of a number.
+template <class T>
+bool representative_data(const T* x, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+        if (const float v = static_cast<float>(x[i]); !std::isfinite(v) || (v != 0.0f && std::fpclassify(v) == FP_SUBNORMAL))
+            return false;
+    return true;
+}
+template <class V>
+bool representative_data(const V& q, const V& k) {
+    return representative_data(q.data(), q.size()) && representative_data(k.data(), k.size());
 }
 
 posenc::heads_view<float> view(aligned_vector& v, std::size_t tokens, std::size_t heads) {
@@ -99,11 +125,19 @@ posenc::heads_view<float> view(aligned_vector& v, std::size_t tokens, std::size_
 //
 // `limit_scale` is the a of the limit pass: 1/amplitude for a rotation that scales by amplitude, so
 // that the buffers stay bounded over millions of iterations (the two passes cost the same for any a).
+//
+// `pristine`, when given, is copied into the buffers before each iteration, untimed: for a body that
+// does not preserve its data's magnitudes (the fused norm), so that every iteration sees the same data.
 template <class F>
-void paired_loop(benchmark::State& state, buffers& b, unsigned threads, F&& body, float limit_scale = 1.0f) {
+void paired_loop(benchmark::State& state, buffers& b, unsigned threads, F&& body, float limit_scale = 1.0f,
+                 const buffers* pristine = nullptr) {
     using clock = std::chrono::steady_clock;
     double limit_seconds = 0, kernel_seconds = 0;
     for (auto _ : state) {
+        if (pristine) {
+            std::copy(pristine->q.begin(), pristine->q.end(), b.q.begin());
+            std::copy(pristine->k.begin(), pristine->k.end(), b.k.begin());
+        }
         const auto t0 = clock::now();
         posenc_bench::scale_in_place(b.q.data(), b.q.size(), limit_scale, threads);
         posenc_bench::scale_in_place(b.k.data(), b.k.size(), limit_scale, threads);
@@ -116,6 +150,7 @@ void paired_loop(benchmark::State& state, buffers& b, unsigned threads, F&& body
         kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
         state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
     }
+    if (!representative_data(b.q, b.k)) return state.SkipWithError("the data drifted into subnormal or non-finite values");
     state.SetBytesProcessed(static_cast<std::int64_t>(b.bytes_moved() * static_cast<double>(state.iterations())));
     if (kernel_seconds > 0) state.counters["limit_fraction"] = limit_seconds / kernel_seconds;
 }
@@ -225,7 +260,8 @@ void table_s4(benchmark::State& state) {
 template <class T>
 struct buffers16 {
     std::vector<T, xsimd::aligned_allocator<T, 64>> q, k;
-    buffers16() : q(S1_tokens * S1_q_heads * S1_head_dim), k(S1_tokens * S1_kv_heads * S1_head_dim) {
+    buffers16() : q(S1_tokens * S1_q_heads * S1_head_dim), k(S1_tokens * S1_kv_heads * S1_head_dim) { fill(); }
+    void fill() {
         for (std::size_t i = 0; i < q.size(); ++i) q[i] = T(static_cast<float>(i % 97) * 0.01f);
         for (std::size_t i = 0; i < k.size(); ++i) k[i] = T(static_cast<float>(i % 89) * 0.01f);
     }
@@ -233,8 +269,9 @@ struct buffers16 {
 };
 
 template <class T>
-buffers16<T>& s1_buffers16() {
+buffers16<T>& s1_buffers16() {  // refilled for every run, as s1_buffers
     static buffers16<T> b;
+    b.fill();
     return b;
 }
 
@@ -275,6 +312,7 @@ void rope_s1_16(benchmark::State& state, unsigned threads) {
             posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.k.data()), b.k.size(), threads);
         },
         [&] { rope.apply(table, q, k, pos); });
+    if (!representative_data(b.q, b.k)) state.SkipWithError("the data drifted into subnormal or non-finite values");
 }
 
 // ---- KV-cache append: out of place into a cache slot ------------------------------------------------
@@ -313,14 +351,20 @@ void rope_qknorm(benchmark::State& state, bool two_passes) {
     auto q = view(b.q, S1_tokens, S1_q_heads), k = view(b.k, S1_tokens, S1_kv_heads);
     const auto pos = posenc::position_ids::consecutive(0, S1_tokens);
     const auto at_zero = posenc::position_ids::constant(0, S1_tokens);  // the identity rotation
-    paired_loop(state, b, 1, [&] {
-        if (two_passes) {
-            rope.apply_normed(table, qn, q, kn, k, at_zero);
-            rope.apply(table, q, k, pos);
-        } else {
-            rope.apply_normed(table, qn, q, kn, k, pos);
-        }
-    });
+    // Normalising with the same weights again and again would drain the lanes of small weight towards
+    // subnormals (see representative_data): every iteration starts from S1's data.
+    static const buffers pristine(S1_tokens, S1_q_heads, S1_kv_heads, S1_head_dim);
+    paired_loop(
+        state, b, 1,
+        [&] {
+            if (two_passes) {
+                rope.apply_normed(table, qn, q, kn, k, at_zero);
+                rope.apply(table, q, k, pos);
+            } else {
+                rope.apply_normed(table, qn, q, kn, k, pos);
+            }
+        },
+        1.0f, &pristine);
 }
 
 // ---- threads: what a call pays to split -------------------------------------------------------------
@@ -804,6 +848,10 @@ public:
             if (row.fraction >= 0) std::snprintf(frac, sizeof frac, "%.2f", row.fraction);
             if (row.gbps > 0) std::snprintf(gb, sizeof gb, "%.1f", row.gbps);
             if (row.gflops > 0) std::snprintf(gf, sizeof gf, "%.1f", row.gflops);
+            if (row.time <= 0) {  // the benchmark reported an error (printed above) instead of a time
+                std::fprintf(stderr, "%-38s %12s\n", row.name.c_str(), "error");
+                continue;
+            }
             std::fprintf(stderr, "%-38s %9.2f %-2s %10s %10s %15s\n", row.name.c_str(), row.time, row.unit.c_str(), gb, gf,
                          frac);
         }
