@@ -851,9 +851,10 @@ public:
     }
     void Finalize() override {
         Base::Finalize();
-        std::fprintf(stderr, "\nposenc-bench summary (kernels: %s, attention: %s; limits: x <- a*x over the same Q and K, "
-                             "Eigen GEMMs, a read pass)\n",
-                     posenc::simd::active_arch_name(), posenc::simd::attention_kernels().arch);
+        std::fprintf(stderr, "\nposenc-bench summary (kernels: %s, 16-bit prefetch %s, attention: %s; limits: x <- a*x over "
+                             "the same Q and K, Eigen GEMMs, a read pass)\n",
+                     posenc::simd::active_arch_name(), posenc::simd::prefetch_16bit() ? "on" : "off",
+                     posenc::simd::attention_kernels().arch);
         std::fprintf(stderr, "%-38s %12s %10s %10s %15s\n", "benchmark", "time", "GB/s", "GFLOP/s", "limit_fraction");
         for (const auto& row : rows_) {
             char frac[32] = "", gb[32] = "", gf[32] = "";

@@ -289,7 +289,7 @@ namespace {
 // AddressSanitizer (CI's clang build) sees any read past the end — without it a stray read would go
 // unnoticed (lanes past a row are discarded) — and the results must give the bits of the same rows
 // computed on the fly: in place, out of place (float → bf16), inverse (row_scale 1: a copy with the
-// sign flipped), with a fused norm.
+// sign flipped), with a fused norm; and with the 16-bit prefetch on and off.
 struct last_rows_case {
     bool inverse, out_of_place, norm;
 };
@@ -310,7 +310,7 @@ void check_last_rows(std::size_t rotary, last_rows_case c) {
     for (float v : random_floats(pos.size() * H * rotary, 9)) original.push_back(T(v));
     std::vector<float> weight(rotary);
     for (std::size_t i = 0; i < rotary; ++i) weight[i] = 0.75f + 0.01f * static_cast<float>(i);
-    const auto rotated = [&](source src) {
+    const auto rotated = [&](source src, bool prefetch_16bit = false) {
         std::vector<T> buf = original;
         std::vector<posenc::bf16> out(c.out_of_place ? buf.size() : 0);
         const posenc::heads_view<T> view(std::span<T>(buf), {pos.size(), H, rotary});
@@ -328,7 +328,9 @@ void check_last_rows(std::size_t rotary, last_rows_case c) {
         j.rows = src == source::rows ? rows.data() : nullptr;
         j.inv_freq = inv.data();
         j.amplitude = amplitude;
-        posenc::simd::rotate_functor{}(Arch{}, posenc::detail::to_args<Layout>(j));
+        auto args = posenc::detail::to_args<Layout>(j);
+        args.prefetch_16bit = prefetch_16bit;
+        posenc::simd::rotate_functor{}(Arch{}, args);
         std::vector<unsigned char> bytes(c.out_of_place ? out.size() * sizeof(posenc::bf16) : buf.size() * sizeof(T));
         std::memcpy(bytes.data(), c.out_of_place ? static_cast<const void*>(out.data()) : static_cast<const void*>(buf.data()),
                     bytes.size());
@@ -339,6 +341,7 @@ void check_last_rows(std::size_t rotary, last_rows_case c) {
                       << " inverse " << c.inverse << " out of place " << c.out_of_place << " norm " << c.norm);
     CHECK(from_table == direct);
     CHECK(from_rows == direct);
+    CHECK(rotated(source::table, true) == direct);  // prefetching 16-bit buffers (simd::prefetch_16bit) changes no bit
     CHECK(std::count(direct.begin(), direct.end(), 0) < static_cast<std::ptrdiff_t>(direct.size() / 4));  // written
 }
 

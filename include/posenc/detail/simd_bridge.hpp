@@ -44,6 +44,7 @@ simd::rotate_args to_args(const rotate_job& job) noexcept {
     a.inv_freq = job.inv_freq;
     a.amplitude = job.amplitude;
     a.row_scale = job.row_scale;
+    a.prefetch_16bit = simd::prefetch_16bit();
     return a;
 }
 

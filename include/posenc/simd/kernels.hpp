@@ -269,6 +269,7 @@ struct kernels {
                                    // not rebuilt for a token whose lanes all go through word pairs
         const float *cpair, *spair;  // half-split bf16 pairs: per 2W lanes, the even ones, then the odd ones
         bool pairs;                  // bf16 word pairs allowed: the rows hold no NaN (ops::store_pairs)
+        bool prefetch_16bit;         // rotate_args::prefetch_16bit
     };
 
     // ---- rotations -------------------------------------------------------------------------------
@@ -491,17 +492,16 @@ struct kernels {
 
     // ---- one tensor of one token ------------------------------------------------------------------
 
-    /// Head x → y of the next token, asked for while this one is rotated — float buffers only. For
-    /// float the hardware prefetcher alone left the loads waiting on memory (Zen 3: in-place S1
-    /// 10–20% faster, the fused norm's first pass over a head no longer stalls the rotations). 16-bit
-    /// buffers move half the bytes for the same arithmetic, and there the prefetches only cost
-    /// (Zen 5, S1-bf16/fp16: 0.59–0.83 of the limit with them, 0.77–0.94 without, three alternating
-    /// rounds; L2-resident fp16 heads 30% faster).
+    /// Head x → y of the next token, asked for while this one is rotated: float buffers always (the
+    /// hardware prefetcher alone left the loads waiting on memory; Zen 3: in-place S1 10–20% faster,
+    /// the fused norm's first pass over a head no longer stalls the rotations), 16-bit buffers where
+    /// tr.prefetch_16bit says so (a gain on some CPUs, a loss on others: simd::prefetch_16bit()).
     template <class S, class D>
     [[gnu::always_inline]] static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
-        if constexpr (sizeof(S) == sizeof(float)) prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
-        if constexpr (sizeof(D) == sizeof(float))
-            if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
+        if (sizeof(S) == sizeof(float) || tr.prefetch_16bit)
+            prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
+        if (tr.out_of_place && (sizeof(D) == sizeof(float) || tr.prefetch_16bit))
+            prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
     }
 
     /// The token's row kept in registers for every head; `src_of(h)` is head h's lane source.
@@ -706,7 +706,7 @@ struct kernels {
         // Lanes past n are loaded by the tails and the swizzles below: zero, so that padded lanes
         // stay finite (and are discarded).
         for (std::size_t k = n; k < n + W; ++k) c[k] = s[k] = 0.0f;
-        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, cpair, spair, false};
+        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, cpair, spair, false, a.prefetch_16bit};
         const bool consecutive = !a.rows && !a.table && !a.pos64 && !a.pos32 && a.pos_step == 1;
         consecutive_rows rows;
         if (consecutive) rows.start(a.inv_freq, n);

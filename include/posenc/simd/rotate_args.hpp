@@ -51,6 +51,9 @@ struct rotate_args {
     const double* inv_freq = nullptr;  ///< else computed on the fly, × amplitude
     double amplitude = 1.0;
     double row_scale = 1.0;  ///< rows and table rows are multiplied by this (inverse: 1/amplitude²)
+    /// Software-prefetch bf16/fp16 buffers as float ones are (the next token's heads): set from
+    /// simd::prefetch_16bit(), which says on which CPUs that was measured to help.
+    bool prefetch_16bit = false;
 };
 
 struct table_args {
