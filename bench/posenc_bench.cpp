@@ -41,7 +41,9 @@
 // Every rope/scalar benchmark reports bytes_per_second (Q+K read + written) and limit_fraction: its
 // bytes/s over the limit pass's on the same buffers with the same thread count, the two measured
 // alternately within the benchmark (see paired_loop). limit/S1 also runs on its own. A summary table
-// follows Google Benchmark's own output, on stderr.
+// follows Google Benchmark's own output, on stderr. Every S1 benchmark starts from S1's own values
+// (no benchmark measures what an earlier one left in the buffers), and one whose data drifted into
+// subnormal or non-finite values reports an error instead of a time (see representative_data).
 #include <posenc/posenc.hpp>
 
 #include <benchmark/benchmark.h>
