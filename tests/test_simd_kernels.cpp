@@ -14,6 +14,7 @@
 #include <cfloat>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 
 #include "support/catch.hpp"
 #include "support/reference.hpp"
@@ -337,7 +338,8 @@ void check_last_rows(std::size_t rotary, last_rows_case c) {
         return bytes;
     };
     const auto direct = rotated(source::on_the_fly), from_table = rotated(source::table), from_rows = rotated(source::rows);
-    INFO(Arch::name() << " " << Layout::name << " rotary " << rotary << " " << (sizeof(T) == 2 ? "bf16" : "float")
+    INFO(Arch::name() << " " << Layout::name << " rotary " << rotary << " "
+                      << (std::is_same_v<T, float> ? "float" : std::is_same_v<T, posenc::bf16> ? "bf16" : "fp16")
                       << " inverse " << c.inverse << " out of place " << c.out_of_place << " norm " << c.norm);
     CHECK(from_table == direct);
     CHECK(from_rows == direct);
@@ -356,7 +358,9 @@ std::size_t check_last_rows_arch() {
             check_last_rows<posenc::interleaved, float, Arch>(rotary, c);
             check_last_rows<posenc::half_split, posenc::bf16, Arch>(rotary, c);
             check_last_rows<posenc::interleaved, posenc::bf16, Arch>(rotary, c);
-            checked += 4;
+            check_last_rows<posenc::half_split, posenc::fp16, Arch>(rotary, c);
+            check_last_rows<posenc::interleaved, posenc::fp16, Arch>(rotary, c);
+            checked += 6;
         }
     return checked;
 }
@@ -368,7 +372,7 @@ void check_last_rows_all(xsimd::arch_list<Archs...>) {
              WARN("this CPU lacks " << Archs::name() << ": its rows read in place are not tested here");
              return;
          }
-         CHECK(check_last_rows_arch<Archs>() == 8 * 4 * 4);
+         CHECK(check_last_rows_arch<Archs>() == 8 * 4 * 6);
      }()),
      ...);
 }
@@ -376,4 +380,24 @@ void check_last_rows_all(xsimd::arch_list<Archs...>) {
 
 TEST_CASE("the last rows of a table or of a caller's array: nothing read past them, the bits of direct rows", "[simd]") {
     check_last_rows_all(posenc::simd::dispatch_archs{});
+}
+
+TEST_CASE("the 16-bit prefetch is chosen from CPUID where it was measured faster", "[simd]") {
+    // CPUID.0's vendor registers (EBX, EDX, ECX) and CPUID.1's EAX of real parts, leaf 7's EBX with
+    // only AVX-512BW (bit 30) set or clear.
+    constexpr unsigned intel[3] = {0x756E6547u, 0x49656E69u, 0x6C65746Eu}, amd[3] = {0x68747541u, 0x69746E65u, 0x444D4163u},
+                       hygon[3] = {0x6F677948u, 0x6E65476Eu, 0x656E6975u};  // "HygonGenuine"
+    constexpr unsigned bw = 1u << 30;
+    const auto decide = [](const unsigned (&v)[3], unsigned eax, unsigned ebx7) {
+        return posenc::simd::prefetch_16bit_for(posenc::simd::decode_cpuid(v[0], v[1], v[2], eax, ebx7));
+    };
+    STATIC_REQUIRE(posenc::simd::decode_cpuid(amd[0], amd[1], amd[2], 0x00A00F11u, 0).family == 0x19u);   // Zen 3: F + A
+    STATIC_REQUIRE(posenc::simd::decode_cpuid(intel[0], intel[1], intel[2], 0x000806F8u, 0).family == 6u);  // base only
+    CHECK(decide(intel, 0x000806F8u, bw));     // Sapphire Rapids (AVX-512): measured faster
+    CHECK_FALSE(decide(intel, 0x00090672u, 0));  // Alder Lake (no AVX-512): not measured
+    CHECK(decide(amd, 0x00A00F11u, 0));        // Zen 3 EPYC: measured faster
+    CHECK_FALSE(decide(amd, 0x00A10F11u, bw));  // Zen 4 EPYC (AVX-512, like the Zen 5)
+    CHECK_FALSE(decide(amd, 0x00B00F21u, bw));  // Zen 5 EPYC (family 1Ah): measured slower
+    CHECK_FALSE(decide(amd, 0x00800F12u, 0));   // Zen 1 (family 17h): not measured
+    CHECK_FALSE(decide(hygon, 0x00900F01u, 0)); // another vendor
 }

@@ -16,6 +16,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "posenc/simd/cpu.hpp"
 #include "posenc/simd/functors.hpp"
 #include "posenc/simd/rotate_args.hpp"
 #include "posenc/simd/xsimd_compat.hpp"
@@ -25,38 +26,8 @@
 #else
 #include "posenc/simd/kernels.hpp"
 #endif
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-#include <cpuid.h>
-#define POSENC_HAS_CPUID 1
-#endif
 
 namespace posenc::simd {
-
-/// Whether the kernels software-prefetch bf16/fp16 buffers (the next token's heads while this one is
-/// rotated), as they always do float ones. Measured, S1-bf16/fp16 against their in-place limit in
-/// alternating runs of the two builds: a gain on an Intel Xeon with AVX-512 (bf16 0.70–0.79 → 0.84–0.91,
-/// fp16 0.81–0.89 → 0.92–0.95) and on AMD Zen 3 (AVX2, 2048 tokens: fp16 42 → 28 ns per head, bf16
-/// 56 → 50), a loss on AMD Zen 5 (0.77–0.94 without, 0.59–0.83 with). So: on for Intel and for AMD
-/// family 19h (Zen 3 and Zen 4), off elsewhere — Zen 5 (family 1Ah), other vendors and other
-/// instruction sets, where nothing was measured, keep the hardware prefetcher alone. Results do not
-/// depend on it.
-[[nodiscard]] inline bool prefetch_16bit() noexcept {
-#ifdef POSENC_HAS_CPUID
-    static const bool on = [] {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-        const bool intel = b == 0x756E6547u && d == 0x49656E69u && c == 0x6C65746Eu;  // "GenuineIntel"
-        const bool amd = b == 0x68747541u && d == 0x69746E65u && c == 0x444D4163u;    // "AuthenticAMD"
-        if (intel) return true;
-        if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return false;
-        const unsigned base = (a >> 8) & 0xFu, extended = (a >> 20) & 0xFFu;
-        return (base == 0xFu ? base + extended : base) == 0x19u;
-    }();
-    return on;
-#else
-    return false;
-#endif
-}
 
 #ifdef POSENC_SIMD_RUNTIME_DISPATCH
 /// Best first, as xsimd::dispatch requires.
@@ -78,14 +49,6 @@ using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
     for (const auto& v : a.view)
         if (v.src && (v.src_type == dtype::fp16 || v.dst_type == dtype::fp16)) return true;
     return false;
-}
-
-[[nodiscard]] inline bool cpu_has_f16c() noexcept {
-    static const bool has = [] {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;  // CPUID.1:ECX.F16C
-    }();
-    return has;
 }
 
 /// Runs one call (or one thread's slice of a call) on the widest kernels this CPU has, whatever the

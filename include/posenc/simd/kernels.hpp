@@ -492,16 +492,17 @@ struct kernels {
 
     // ---- one tensor of one token ------------------------------------------------------------------
 
-    /// Head x → y of the next token, asked for while this one is rotated: float buffers always (the
-    /// hardware prefetcher alone left the loads waiting on memory; Zen 3: in-place S1 10–20% faster,
-    /// the fused norm's first pass over a head no longer stalls the rotations), 16-bit buffers where
-    /// tr.prefetch_16bit says so (a gain on some CPUs, a loss on others: simd::prefetch_16bit()).
+    /// Head x → y of the next token, asked for while this one is rotated: float sources and
+    /// destinations always (the hardware prefetcher alone left the loads waiting on memory; Zen 3:
+    /// in-place S1 10–20% faster, the fused norm's first pass over a head no longer stalls the
+    /// rotations), 16-bit sources where tr.prefetch_16bit says so (a gain on some CPUs, a loss on
+    /// others: simd::prefetch_16bit()); 16-bit destinations never (not measured).
     template <class S, class D>
     [[gnu::always_inline]] static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
         if (sizeof(S) == sizeof(float) || tr.prefetch_16bit)
             prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
-        if (tr.out_of_place && (sizeof(D) == sizeof(float) || tr.prefetch_16bit))
-            prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
+        if constexpr (sizeof(D) == sizeof(float))
+            if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
     }
 
     /// The token's row kept in registers for every head; `src_of(h)` is head h's lane source.

@@ -51,8 +51,10 @@ struct rotate_args {
     const double* inv_freq = nullptr;  ///< else computed on the fly, × amplitude
     double amplitude = 1.0;
     double row_scale = 1.0;  ///< rows and table rows are multiplied by this (inverse: 1/amplitude²)
-    /// Software-prefetch bf16/fp16 buffers as float ones are (the next token's heads): set from
-    /// simd::prefetch_16bit(), which says on which CPUs that was measured to help.
+    /// Software-prefetch bf16/fp16 sources as float ones are (the next token's heads). detail::to_args
+    /// sets it from simd::prefetch_16bit() (simd/cpu.hpp: on the CPUs where it measured faster); code
+    /// that fills rotate_args itself gets false unless it asks. (Not defaulted to that call here: this
+    /// header is compiled into the per-architecture kernel units, which must not emit it.)
     bool prefetch_16bit = false;
 };
 
