@@ -99,25 +99,27 @@ buffers& s1_buffers() {
     return b;
 }
 
-/// Whether the values a benchmark ran on stayed normal floats (or zero). Subnormals cost a microcode
-/// assist per operation on Intel cores (the limit pass too): a run over them times the assists. The
-/// fused norm's weights, applied again and again, drained lanes of S1's heads into subnormals within a
-/// few hundred iterations; on a Xeon that made the fused-norm rows up to 20× slower and every later
-/// benchmark on the same buffers up to 6× (rope/S1/interleaved: 11.4 ms against 1.8). A benchmark
-/// whose data did not stay representative reports an error instead of a number.
-/// 16-bit values as the kernels compute with them, widened to float: a bf16 subnormal is a float
-/// subnormal, while an fp16 subnormal widens to a normal float (and F16C converts fp16 subnormals
-/// both ways at full speed, measured on the Xeon) — fp16 rotations make such values by cancellation,
-/// and they cost nothing.
+/// Whether the values a benchmark ran on stayed normal floats (or zero), as the kernels compute with
+/// them (16-bit values widened to float). Subnormals cost a microcode assist per operation on Intel
+/// cores (the limit pass too): a run over them times the assists. The fused norm's weights, applied
+/// again and again, drained lanes of S1's heads into subnormals within a few hundred iterations; on a
+/// Xeon that made the fused-norm rows up to 20× slower and every later benchmark on the same buffers
+/// up to 6× (rope/S1/interleaved: 11.4 ms against 1.8). (A bf16 subnormal widens to a float
+/// subnormal; an fp16 one to a normal float, and F16C converts fp16 subnormals both ways at full speed,
+/// measured on the Xeon: fp16 rotations make such values by cancellation, and they cost nothing.)
 template <class T>
 bool representative_data(const T* x, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i)
         if (const float v = static_cast<float>(x[i]); !std::isfinite(v) || std::fpclassify(v) == FP_SUBNORMAL) return false;
     return true;
 }
-template <class V>
-bool representative_data(const V& q, const V& k) {
-    return representative_data(q.data(), q.size()) && representative_data(k.data(), k.size());
+
+/// A benchmark whose data did not stay representative reports an error instead of a number; false then.
+template <class Buffers>
+bool require_representative(benchmark::State& state, const Buffers& b) {
+    if (representative_data(b.q.data(), b.q.size()) && representative_data(b.k.data(), b.k.size())) return true;
+    state.SkipWithError("the data drifted into subnormal or non-finite values");
+    return false;
 }
 
 posenc::heads_view<float> view(aligned_vector& v, std::size_t tokens, std::size_t heads) {
@@ -160,7 +162,7 @@ void paired_loop(benchmark::State& state, buffers& b, unsigned threads, F&& body
         kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
         state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
     }
-    if (!representative_data(b.q, b.k)) return state.SkipWithError("the data drifted into subnormal or non-finite values");
+    if (!require_representative(state, b)) return;
     state.SetBytesProcessed(static_cast<std::int64_t>(b.bytes_moved() * static_cast<double>(state.iterations())));
     if (kernel_seconds > 0) state.counters["limit_fraction"] = limit_seconds / kernel_seconds;
 }
@@ -322,7 +324,7 @@ void rope_s1_16(benchmark::State& state, unsigned threads) {
             posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.k.data()), b.k.size(), threads);
         },
         [&] { rope.apply(table, q, k, pos); });
-    if (!representative_data(b.q, b.k)) state.SkipWithError("the data drifted into subnormal or non-finite values");
+    require_representative(state, b);
 }
 
 // ---- KV-cache append: out of place into a cache slot ------------------------------------------------
@@ -483,7 +485,7 @@ void rope_s1_executor(benchmark::State& state, bool persistent) {
         });
     };
     paired(state, b.bytes_moved(), limit, [&] { rope.apply(table, q, k, pos); });
-    if (!representative_data(b.q, b.k)) state.SkipWithError("the data drifted into subnormal or non-finite values");
+    require_representative(state, b);
 }
 
 // ---- M-RoPE ----------------------------------------------------------------------------------

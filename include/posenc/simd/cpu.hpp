@@ -6,21 +6,23 @@
 
 namespace posenc::simd {
 
-/// What prefetch_16bit() decides from.
+/// What the choices below are made from.
 struct cpu_signature {
     bool intel = false, amd = false;
     unsigned family = 0;    ///< display family: base, plus extended when base is 0xF
+    bool f16c = false;      ///< CPUID.1:ECX bit 29
     bool avx512bw = false;  ///< CPUID.(7,0):EBX bit 30
 };
 
-/// From CPUID's registers: leaf 0's EBX, EDX, ECX (the vendor), leaf 1's EAX, leaf 7's EBX.
+/// From CPUID's registers: leaf 0's EBX, EDX, ECX (the vendor), leaf 1's EAX and ECX, leaf 7's EBX.
 [[nodiscard]] constexpr cpu_signature decode_cpuid(unsigned vendor_b, unsigned vendor_d, unsigned vendor_c,
-                                                   unsigned leaf1_eax, unsigned leaf7_ebx) noexcept {
+                                                   unsigned leaf1_eax, unsigned leaf1_ecx, unsigned leaf7_ebx) noexcept {
     cpu_signature s;
     s.intel = vendor_b == 0x756E6547u && vendor_d == 0x49656E69u && vendor_c == 0x6C65746Eu;  // "GenuineIntel"
     s.amd = vendor_b == 0x68747541u && vendor_d == 0x69746E65u && vendor_c == 0x444D4163u;    // "AuthenticAMD"
     const unsigned base = (leaf1_eax >> 8) & 0xFu, extended = (leaf1_eax >> 20) & 0xFFu;
     s.family = base == 0xFu ? base + extended : base;
+    s.f16c = (leaf1_ecx >> 29) & 1u;
     s.avx512bw = (leaf7_ebx >> 30) & 1u;
     return s;
 }
@@ -56,7 +58,7 @@ inline void read_cpuid(unsigned leaf, unsigned subleaf, unsigned (&r)[4]) noexce
         read_cpuid(0, 0, v);
         if (v[0] >= 1) read_cpuid(1, 0, l1);
         if (v[0] >= 7) read_cpuid(7, 0, l7);
-        return decode_cpuid(v[1], v[3], v[2], l1[0], l7[1]);
+        return decode_cpuid(v[1], v[3], v[2], l1[0], l1[2], l7[1]);
     }();
     return sig;
 #else
@@ -64,20 +66,8 @@ inline void read_cpuid(unsigned leaf, unsigned subleaf, unsigned (&r)[4]) noexce
 #endif
 }
 
-/// Whether this CPU has F16C (CPUID.1:ECX bit 29); false where CPUID is not available.
-[[nodiscard]] inline bool cpu_has_f16c() noexcept {
-#ifdef POSENC_HAS_CPUID
-    static const bool has = [] {
-        unsigned v[4], l1[4] = {};
-        read_cpuid(0, 0, v);
-        if (v[0] >= 1) read_cpuid(1, 0, l1);
-        return (l1[2] & (1u << 29)) != 0;
-    }();
-    return has;
-#else
-    return false;
-#endif
-}
+/// Whether this CPU has F16C; false where CPUID is not available.
+[[nodiscard]] inline bool cpu_has_f16c() noexcept { return this_cpu().f16c; }
 
 /// prefetch_16bit_for(this_cpu()); a program compiled with POSENC_PREFETCH_16BIT defined to 0 or 1
 /// gets that instead (for a CPU where the other choice measures faster). Results never depend on it.
