@@ -335,12 +335,15 @@ struct arch_ops {
     /// could round into another NaN or, from 0x7FFFFFFF, into −0.)
     static void store_pairs(bf16* p, const fbatch& even, const fbatch& odd) noexcept {
 #if defined(__AVX512BW__)
-        if constexpr (is_avx512) {  // as the AVX2 form below
+        if constexpr (is_avx512) {  // as the AVX2 form below; each half-word move is one masked byte shuffle
             const __m512i half = _mm512_set1_epi32(0x8000);
             const __m512i e = _mm512_add_epi32(_mm512_castps_si512(even), half);
             const __m512i o = _mm512_add_epi32(_mm512_castps_si512(odd), half);
-            const __m512i high = _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(e, 16), o);
-            const __m512i low = _mm512_mask_blend_epi16(0xAAAAAAAAu, e, _mm512_slli_epi32(o, 16));
+            // e's high halves into o's low ones (high), o's low halves into e's high ones (low)
+            const __m512i down = _mm512_broadcast_i32x4(_mm_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
+            const __m512i up = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
+            const __m512i high = _mm512_mask_shuffle_epi8(o, 0x3333333333333333ull, e, down);
+            const __m512i low = _mm512_mask_shuffle_epi8(e, 0xCCCCCCCCCCCCCCCCull, o, up);
             const __m512i keep = _mm512_adds_epu16(low, _mm512_set1_epi16(-2));  // 0xFFFE at a tie, else 0xFFFF
             _mm512_storeu_si512(p, _mm512_and_si512(high, keep));
         } else
