@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -97,6 +98,42 @@ TEST_CASE("kv_cache: append stores K rotated once, head-major, V copied, positio
     REQUIRE(compared == T * H);
     CHECK(err <= 4e-6 * amplitude * max_abs(k));  // float cos/sin and one rounding of each lane
     CHECK(kk == k);  // the source is only read
+}
+
+TEST_CASE("kv_cache: append runs K and V on the transform's threads, with the one-thread bits", "[kv_cache][threads]") {
+    // Large enough that 3 slices pay (over 64K floats each): K and V each reach the executor once.
+    const std::size_t T = 1024, H = 8, D = 128, Dv = 64;
+    posenc::rotary<posenc::interleaved> rope({.head_dim = D}, posenc::default_rope{});
+    const auto k = random_floats(T * H * D, 7, 1.0f), v = random_floats(T * H * Dv, 8, 1.0f);
+    const posenc::heads_view<const float> K(k.data(), {T, H, D}), V(v.data(), {T, H, Dv});
+    const auto pos = posenc::position_ids::consecutive(40, T);
+    posenc::kv_cache one(rope, {.kv_heads = H, .head_dim = D, .value_dim = Dv, .capacity = T + 5});
+    one.append(K, V, pos);
+
+    std::vector<std::size_t> calls;
+    rope.set_threads(3);
+    rope.set_executor([&](std::size_t n, const std::function<void(std::size_t)>& task) {
+        calls.push_back(n);
+        for (std::size_t i = n; i-- > 0;) task(i);  // the slices in reverse: order must not matter
+    });
+    posenc::kv_cache three(rope, {.kv_heads = H, .head_dim = D, .value_dim = Dv, .capacity = T + 5});
+    three.append(K, V, pos);
+    CHECK(calls == std::vector<std::size_t>{3, 3});
+    const auto bits_equal = [](std::span<const float> a, std::span<const float> b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+    };
+    CHECK(bits_equal(one.key_storage(), three.key_storage()));
+    CHECK(bits_equal(one.value_storage(), three.value_storage()));
+    const auto values = three.values();
+    std::size_t copied = 0;
+    for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t h = 0; h < H; ++h) copied += std::memcmp(values.row(t, h), v.data() + (t * H + h) * Dv, Dv * sizeof(float)) == 0;
+    CHECK(copied == T * H);
+
+    calls.clear();
+    three.append(posenc::heads_view<const float>(k.data(), {1, H, D}), posenc::heads_view<const float>(v.data(), {1, H, Dv}),
+                 posenc::position_ids::consecutive(40 + static_cast<std::int64_t>(T), 1));  // decode: too small to split
+    CHECK(calls.empty());
 }
 
 TEST_CASE("kv_cache: decode against the cache equals the matching rows of prefill", "[kv_cache][decode]") {

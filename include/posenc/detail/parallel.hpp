@@ -57,4 +57,15 @@ void executor_slices(const executor& ex, unsigned slices, std::size_t n, const F
     ex(slices, [&](std::size_t k) { f(n * k / slices, n * (k + 1) / slices); });
 }
 
+/// f(begin, end) over [0, n) of a call moving `floats` floats: in up to `threads` slices (fewer for a
+/// small call, where a thread costs more than it saves), on `ex` when given, else on posenc's own
+/// threads.
+template <class F>
+void run_slices(unsigned threads, const executor* ex, std::size_t n, std::size_t floats, const F& f) {
+    const unsigned k = useful_threads(threads, n, floats);
+    if (k <= 1) return f(std::size_t{0}, n);
+    if (ex && *ex) return executor_slices(*ex, k, n, f);
+    parallel_slices(k, n, f);
+}
+
 }  // namespace posenc::detail

@@ -77,12 +77,11 @@ template <class Layout>
 void run(const rotate_job& job, unsigned threads, const executor* ex = nullptr) {
     if (!simd_can_run(job)) return run_scalar<Layout>(job);
     const simd::rotate_args args = to_args<Layout>(job);
-    const std::size_t bytes = simd::bytes_moved(args);
-    const unsigned n = useful_threads(threads, args.tokens, bytes / (2 * sizeof(float)));
-    if (n <= 1) return simd::rotate(args);
-    auto body = [&](std::size_t b, std::size_t e) { simd::rotate(slice(args, b, e)); };
-    if (ex && *ex) return executor_slices(*ex, n, args.tokens, body);
-    parallel_slices(n, args.tokens, body);
+    const std::size_t floats = simd::bytes_moved(args) / (2 * sizeof(float));
+    run_slices(threads, ex, args.tokens, floats, [&](std::size_t b, std::size_t e) {
+        if (b == 0 && e == args.tokens) return simd::rotate(args);
+        simd::rotate(slice(args, b, e));
+    });
 }
 
 }  // namespace posenc::detail

@@ -61,6 +61,12 @@ public:
     void set_executor(executor ex) {
         std::visit([&](auto& r) { r.set_executor(ex); }, impl_);
     }
+    [[nodiscard]] unsigned threads() const noexcept {
+        return std::visit([](const auto& r) { return r.threads(); }, impl_);
+    }
+    [[nodiscard]] const executor& slice_executor() const noexcept {
+        return std::visit([](const auto& r) -> const executor& { return r.slice_executor(); }, impl_);
+    }
     template <storage_type T>
     void shift(heads_view<T> x, std::int64_t delta) const {
         std::visit([&](const auto& r) { r.shift(x, delta); }, impl_);

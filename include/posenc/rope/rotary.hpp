@@ -196,6 +196,8 @@ public:
     /// Runs the slices of large calls (see set_threads) on the caller's executor instead of posenc's
     /// own threads; an empty executor restores those. The result is bit-identical either way.
     void set_executor(executor ex) { executor_ = std::move(ex); }
+    /// The executor set_executor gave; empty when the slices run on posenc's own threads.
+    [[nodiscard]] const executor& slice_executor() const noexcept { return executor_; }
 
 private:
     template <frequency_schedule Schedule>
