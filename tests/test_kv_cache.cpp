@@ -55,6 +55,9 @@ std::vector<float> rows(const std::vector<float>& x, std::size_t t0, std::size_t
     return {x.begin() + static_cast<std::ptrdiff_t>(t0 * H * D), x.begin() + static_cast<std::ptrdiff_t>((t0 + n) * H * D)};
 }
 
+template <class Cache>
+concept has_set_threads = requires(Cache& c) { c.set_threads(2u); };
+
 constexpr double amplitude = 1.25;  // a non-unit cos/sin amplitude: shift must not apply it twice
 constexpr double base = 10000.0;
 
@@ -103,37 +106,76 @@ TEST_CASE("kv_cache: append stores K rotated once, head-major, V copied, positio
 TEST_CASE("kv_cache: append runs K and V on the transform's threads, with the one-thread bits", "[kv_cache][threads]") {
     // Large enough that 3 slices pay (over 64K floats each): K and V each reach the executor once.
     const std::size_t T = 1024, H = 8, D = 128, Dv = 64;
+    using cache_t = posenc::kv_cache<posenc::rotary<posenc::interleaved>>;
     posenc::rotary<posenc::interleaved> rope({.head_dim = D}, posenc::default_rope{});
-    const auto k = random_floats(T * H * D, 7, 1.0f), v = random_floats(T * H * Dv, 8, 1.0f);
+    const auto k = random_floats(T * H * D, 7, 1.0f), v = random_floats(T * H * Dv, 8, 1.0f);  // normal: no exact zeros
     const posenc::heads_view<const float> K(k.data(), {T, H, D}), V(v.data(), {T, H, Dv});
     const auto pos = posenc::position_ids::consecutive(40, T);
-    posenc::kv_cache one(rope, {.kv_heads = H, .head_dim = D, .value_dim = Dv, .capacity = T + 5});
+    const posenc::kv_cache_shape shape{.kv_heads = H, .head_dim = D, .value_dim = Dv, .capacity = T + 5};
+    cache_t one(rope, shape);
     one.append(K, V, pos);
-
-    std::vector<std::size_t> calls;
-    rope.set_threads(3);
-    rope.set_executor([&](std::size_t n, const std::function<void(std::size_t)>& task) {
-        calls.push_back(n);
-        for (std::size_t i = n; i-- > 0;) task(i);  // the slices in reverse: order must not matter
-    });
-    posenc::kv_cache three(rope, {.kv_heads = H, .head_dim = D, .value_dim = Dv, .capacity = T + 5});
-    three.append(K, V, pos);
-    CHECK(calls == std::vector<std::size_t>{3, 3});
     const auto bits_equal = [](std::span<const float> a, std::span<const float> b) {
         return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
     };
-    CHECK(bits_equal(one.key_storage(), three.key_storage()));
-    CHECK(bits_equal(one.value_storage(), three.value_storage()));
-    const auto values = three.values();
-    std::size_t copied = 0;
-    for (std::size_t t = 0; t < T; ++t)
-        for (std::size_t h = 0; h < H; ++h) copied += std::memcmp(values.row(t, h), v.data() + (t * H + h) * Dv, Dv * sizeof(float)) == 0;
-    CHECK(copied == T * H);
+    const auto values_written = [&](const cache_t& c) {  // V rows that are no longer zero
+        std::size_t n = 0;
+        for (std::size_t h = 0; h < H; ++h)
+            for (std::size_t t = 0; t < T; ++t) n += c.value_storage()[(h * shape.capacity + t) * Dv] != 0.0f;
+        return n;
+    };
 
-    calls.clear();
-    three.append(posenc::heads_view<const float>(k.data(), {1, H, D}), posenc::heads_view<const float>(v.data(), {1, H, Dv}),
-                 posenc::position_ids::consecutive(40 + static_cast<std::int64_t>(T), 1));  // decode: too small to split
-    CHECK(calls.empty());
+    SECTION("on an executor: each slice writes its own tokens, in any order") {
+        std::vector<std::size_t> calls;
+        const cache_t* watched = nullptr;
+        std::size_t slice_rows_wrong = 0;
+        rope.set_threads(3);  // set before the cache copies the rotary
+        rope.set_executor([&](std::size_t n, const std::function<void(std::size_t)>& task) {
+            calls.push_back(n);
+            for (std::size_t i = n; i-- > 0;) {  // the slices in reverse: order must not matter
+                const std::size_t before = watched ? values_written(*watched) : 0;
+                task(i);
+                const std::size_t slice = T * (i + 1) / n - T * i / n;
+                if (watched && calls.size() == 2) slice_rows_wrong += values_written(*watched) - before != slice * H;
+            }
+        });
+        cache_t three(rope, shape);
+        watched = &three;
+        three.append(K, V, pos);
+        CHECK(calls == std::vector<std::size_t>{3, 3});
+        CHECK(slice_rows_wrong == 0);
+        CHECK(bits_equal(one.key_storage(), three.key_storage()));
+        CHECK(bits_equal(one.value_storage(), three.value_storage()));
+        std::size_t copied = 0;
+        for (std::size_t t = 0; t < T; ++t)
+            for (std::size_t h = 0; h < H; ++h)
+                copied += std::memcmp(three.values().row(t, h), v.data() + (t * H + h) * Dv, Dv * sizeof(float)) == 0;
+        CHECK(copied == T * H);
+
+        calls.clear();
+        three.append(posenc::heads_view<const float>(k.data(), {1, H, D}), posenc::heads_view<const float>(v.data(), {1, H, Dv}),
+                     posenc::position_ids::consecutive(40 + static_cast<std::int64_t>(T), 1));  // decode: too small to split
+        CHECK(calls.empty());
+    }
+    SECTION("on posenc's own threads, set on the cache after it was made") {
+        cache_t three(rope, shape);
+        three.set_threads(3);
+        three.append(K, V, pos);
+        CHECK(bits_equal(one.key_storage(), three.key_storage()));
+        CHECK(bits_equal(one.value_storage(), three.value_storage()));
+        CHECK(values_written(three) == T * H);
+        std::size_t reached = 0;
+        three.set_executor([&](std::size_t n, const std::function<void(std::size_t)>& task) {
+            ++reached;
+            for (std::size_t i = 0; i < n; ++i) task(i);
+        });
+        three.clear();
+        three.append(K, V, pos);
+        CHECK(reached == 2);  // K and V
+        CHECK(bits_equal(one.value_storage(), three.value_storage()));
+    }
+    // An identity transform has no threads to set: its cache copies on the caller's thread.
+    STATIC_REQUIRE_FALSE(has_set_threads<posenc::kv_cache<posenc::nope>>);
+    STATIC_REQUIRE(has_set_threads<cache_t>);
 }
 
 TEST_CASE("kv_cache: decode against the cache equals the matching rows of prefill", "[kv_cache][decode]") {

@@ -25,6 +25,7 @@
 // rotated at p + delta to float rounding (not bit-exactly: two roundings instead of one).
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -77,6 +78,22 @@ public:
     }
 
     [[nodiscard]] const Transform& transform() const noexcept { return transform_; }
+
+    /// The threads append runs on (K rotated in and V copied, both split into slices as the rotary's
+    /// set_threads / set_executor split a call): the cache's copy of the transform starts with the
+    /// settings the transform had when the cache was made, and these change them. A cache of an
+    /// identity transform (NoPE) copies on the caller's thread and has neither.
+    void set_threads(unsigned n) noexcept
+        requires requires(Transform& t, unsigned k) { t.set_threads(k); }
+    {
+        transform_.set_threads(n);
+    }
+    void set_executor(executor ex)
+        requires requires(Transform& t, executor e) { t.set_executor(std::move(e)); }
+    {
+        transform_.set_executor(std::move(ex));
+    }
+
     [[nodiscard]] std::size_t size() const noexcept { return size_; }
     [[nodiscard]] std::size_t capacity() const noexcept { return shape_.capacity; }
     [[nodiscard]] std::size_t kv_heads() const noexcept { return shape_.kv_heads; }
@@ -97,9 +114,9 @@ public:
     [[nodiscard]] std::span<const std::int64_t> position_storage() const noexcept { return pos_; }
 
     /// Appends tokens: K [n, kv_heads, head_dim] transformed at `pos` while written, V [n, kv_heads,
-    /// value_dim] copied, both on the transform's threads (set_threads / set_executor before the cache
-    /// copies it), the positions recorded. Positions must increase strictly, past the cached ones, and
-    /// stay below INT64_MAX (next_position() is last + 1).
+    /// value_dim] copied, both on the transform's threads (set_threads above), the positions recorded.
+    /// Positions must increase strictly, past the cached ones, and stay below INT64_MAX
+    /// (next_position() is last + 1).
     void append(heads_view<const float> k, heads_view<const float> v, const position_ids& pos) {
         const std::size_t n = pos.size();
         check_view(k, "k", n, shape_.head_dim);
@@ -196,7 +213,10 @@ private:
     // V on the threads the transform rotates K on (its set_threads / set_executor): with K split and
     // V on one thread, a 2-thread append ran at 0.67 of a 2-thread copy.
     void copy_values(const heads_view<const float>& src, const heads_view<float>& dst) const {
-        if constexpr (requires { transform_.threads(); transform_.slice_executor(); }) {
+        if constexpr (requires {
+                          { transform_.threads() } -> std::convertible_to<unsigned>;
+                          { transform_.slice_executor() } -> std::convertible_to<const executor&>;
+                      }) {
             const executor& ex = transform_.slice_executor();
             detail::run_slices(transform_.threads(), &ex, src.tokens(), src.tokens() * src.heads() * src.head_dim(),
                                [&](std::size_t b, std::size_t e) { copy_rows(src, dst, b, e); });

@@ -13,7 +13,9 @@
 namespace posenc {
 
 /// The caller's executor: must run task(0), …, task(n − 1) — in any order, on any threads, each
-/// exactly once — and return when all have finished. Tasks do not throw.
+/// exactly once — and return when all have finished. Tasks do not throw, and the executor must not
+/// either: a call may already have written part of its output when it runs one (kv_cache::append
+/// splits V after K is in the cache).
 using executor = std::function<void(std::size_t n, const std::function<void(std::size_t)>& task)>;
 
 }  // namespace posenc
@@ -37,8 +39,8 @@ void parallel_slices(unsigned threads, std::size_t n, const F& f) {
     for (int k = 0; k < static_cast<int>(threads); ++k) slice(static_cast<unsigned>(k));
 #else
     std::vector<std::thread> pool;
-    pool.reserve(threads - 1);
     try {
+        pool.reserve(threads - 1);
         for (unsigned k = 1; k < threads; ++k) pool.emplace_back(slice, k);
     } catch (...) {  // a thread could not start: finish the slices here, after joining the others
         for (auto& t : pool) t.join();
@@ -54,12 +56,13 @@ void parallel_slices(unsigned threads, std::size_t n, const F& f) {
 /// The same slices, run by the caller's executor.
 template <class F>
 void executor_slices(const executor& ex, unsigned slices, std::size_t n, const F& f) {
-    ex(slices, [&](std::size_t k) { f(n * k / slices, n * (k + 1) / slices); });
+    const auto task = [&](std::size_t k) { f(n * k / slices, n * (k + 1) / slices); };
+    ex(slices, std::cref(task));  // a std::function of a reference_wrapper never allocates (never throws)
 }
 
-/// f(begin, end) over [0, n) of a call moving `floats` floats: in up to `threads` slices (fewer for a
-/// small call, where a thread costs more than it saves), on `ex` when given, else on posenc's own
-/// threads.
+/// f(begin, end) over [0, n) of a call that reads `floats` floats (and writes as many): in up to
+/// `threads` slices (fewer for a small call, where a thread costs more than it saves), on `ex` when
+/// given, else on posenc's own threads. Throws nothing that posenc raises itself.
 template <class F>
 void run_slices(unsigned threads, const executor* ex, std::size_t n, std::size_t floats, const F& f) {
     const unsigned k = useful_threads(threads, n, floats);

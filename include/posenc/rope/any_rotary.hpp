@@ -61,6 +61,7 @@ public:
     void set_executor(executor ex) {
         std::visit([&](auto& r) { r.set_executor(ex); }, impl_);
     }
+    /// rotary<Layout>::threads and slice_executor.
     [[nodiscard]] unsigned threads() const noexcept {
         return std::visit([](const auto& r) { return r.threads(); }, impl_);
     }

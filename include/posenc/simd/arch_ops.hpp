@@ -230,7 +230,8 @@ struct arch_ops {
     // ---- bf16 word pairs (AVX2, AVX-512) -----------------------------------------------------------------
     // 2W bf16 values read as W 32-bit words: the even element is a word's low half, the odd one its
     // high half. Widening is one shift or one mask per W lanes; the narrowing store rounds and merges
-    // two vectors with one 16-bit blend (no cross-lane packing). Each lane gets the bits store(bf16*)
+    // two vectors within each word (a 16-bit blend, or a masked byte shuffle on AVX-512; no cross-lane
+    // packing). Each lane gets the bits store(bf16*)
     // gives it; the caller pairs its cos/sin lanes the same way (pair_lanes).
 #if defined(__AVX512BW__)
     static constexpr bool has_bf16_pairs = is_avx2 || is_avx512;
@@ -331,8 +332,8 @@ struct arch_ops {
     /// arithmetic makes from bf16-widened operands and NaN-free cos/sin rows (x86 returns the default
     /// NaN or a NaN operand, quieted, whose low bits are 0), which is how the kernels call it. Such a
     /// NaN needs no special case: it rounds to its top bits, quiet bit included. (Checked for all 2³²
-    /// inputs against store(bf16*): equal for every input the precondition allows; a NaN outside it
-    /// could round into another NaN or, from 0x7FFFFFFF, into −0.)
+    /// inputs against store(bf16*) by tools/check-bf16-pairs.cpp: equal for every input the
+    /// precondition allows; a NaN outside it could round into another NaN or, from 0x7FFFFFFF, into −0.)
     static void store_pairs(bf16* p, const fbatch& even, const fbatch& odd) noexcept {
 #if defined(__AVX512BW__)
         if constexpr (is_avx512) {  // as the AVX2 form below; each half-word move is one masked byte shuffle
