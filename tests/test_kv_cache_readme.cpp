@@ -16,6 +16,7 @@ TEST_CASE("README snippet: kv_cache", "[readme][kv_cache]") {
     const std::size_t D = 128, prompt = 100;
     posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{.base = 10000});
     posenc::kv_cache cache(rope, {.kv_heads = 8, .head_dim = D, .capacity = 4096});
+    cache.set_threads(2);  // large appends: K rotated and V copied on 2 threads
 
     // Prefill: append the prompt's K and V (K is rotated while it is written: one read, one write).
     std::vector<float> k(prompt * 8 * D, 0.2f), v(prompt * 8 * D, 0.3f);
