@@ -27,6 +27,8 @@
 // part) and limit_fraction = its FLOP/s over the limit GEMM's, both timed alternately in the same
 // benchmark; S6 reports bytes/s (K and V read) against the read pass.
 //   rope/S1-bf16, S1-fp16/<layout>/threads:N   S1 in 16-bit storage; limit: x ^= sign over the same 16-bit buffers
+//   rope/L2-bf16, L2-fp16/<layout>  the same for 64 tokens (640 KiB: in L2), 1 thread: the kernel's arithmetic
+//                               without S1's memory traffic; ns_per_head, limit as above over those buffers
 //   kv/append/<layout>          S1's K rotated from a source buffer into a cache slot; limit: a copy of the same bytes
 //                               (an AVX2 loop prefetching source and destination; faster than memcpy here)
 //   rope/S1-qknorm/<layout>     fused per-head RMSNorm + RoPE in place (limit as S1)
@@ -272,7 +274,10 @@ void table_s4(benchmark::State& state) {
 template <class T>
 struct buffers16 {
     std::vector<T, xsimd::aligned_allocator<T, 64>> q, k;
-    buffers16() : q(S1_tokens * S1_q_heads * S1_head_dim), k(S1_tokens * S1_kv_heads * S1_head_dim) { fill(); }
+    std::size_t tokens;
+    explicit buffers16(std::size_t t = S1_tokens) : q(t * S1_q_heads * S1_head_dim), k(t * S1_kv_heads * S1_head_dim), tokens(t) {
+        fill();
+    }
     void fill() {
         for (std::size_t i = 0; i < q.size(); ++i) q[i] = T(static_cast<float>(i % 97) * 0.01f);
         for (std::size_t i = 0; i < k.size(); ++i) k[i] = T(static_cast<float>(i % 89) * 0.01f);
@@ -287,9 +292,18 @@ buffers16<T>& s1_buffers16() {  // refilled for every run, as s1_buffers
     return b;
 }
 
-/// As paired_loop, with any limit pass.
+/// S1's heads for L2_tokens tokens: 40 heads × 256 bytes × 64 = 640 KiB, in L2 on the machines measured.
+constexpr std::size_t L2_tokens = 64;
+template <class T>
+buffers16<T>& l2_buffers16() {
+    static buffers16<T> b(L2_tokens);
+    b.fill();
+    return b;
+}
+
+/// As paired_loop, with any limit pass. Returns the kernel's seconds in all.
 template <class Limit, class F>
-void paired(benchmark::State& state, double bytes, Limit&& limit, F&& body) {
+double paired(benchmark::State& state, double bytes, Limit&& limit, F&& body) {
     using clock = std::chrono::steady_clock;
     double limit_seconds = 0, kernel_seconds = 0;
     for (auto _ : state) {
@@ -306,24 +320,28 @@ void paired(benchmark::State& state, double bytes, Limit&& limit, F&& body) {
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(bytes * static_cast<double>(state.iterations())));
     if (kernel_seconds > 0) state.counters["limit_fraction"] = limit_seconds / kernel_seconds;
+    return kernel_seconds;
 }
 
+/// In place over 16-bit buffers (S1's, or the L2-sized ones), against x ^= sign over the same bytes.
 template <class Layout, class T>
-void rope_s1_16(benchmark::State& state, unsigned threads) {
-    auto& b = s1_buffers16<T>();
+void rope_16(benchmark::State& state, buffers16<T>& b, unsigned threads) {
+    const std::size_t tokens = b.tokens;
     posenc::rotary<Layout> rope({.head_dim = S1_head_dim}, posenc::default_rope{});
     rope.set_threads(threads);
-    const auto table = rope.table(S1_tokens);
-    posenc::heads_view<T> q(std::span<T>(b.q), {S1_tokens, S1_q_heads, S1_head_dim});
-    posenc::heads_view<T> k(std::span<T>(b.k), {S1_tokens, S1_kv_heads, S1_head_dim});
-    const auto pos = posenc::position_ids::consecutive(0, S1_tokens);
-    paired(
+    const auto table = rope.table(static_cast<std::int64_t>(tokens));
+    posenc::heads_view<T> q(std::span<T>(b.q), {tokens, S1_q_heads, S1_head_dim});
+    posenc::heads_view<T> k(std::span<T>(b.k), {tokens, S1_kv_heads, S1_head_dim});
+    const auto pos = posenc::position_ids::consecutive(0, tokens);
+    const double seconds = paired(
         state, b.bytes_moved(),
         [&] {
             posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.q.data()), b.q.size(), threads);
             posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.k.data()), b.k.size(), threads);
         },
         [&] { rope.apply(table, q, k, pos); });
+    const double heads = static_cast<double>(tokens * (S1_q_heads + S1_kv_heads)) * static_cast<double>(state.iterations());
+    if (heads > 0) state.counters["ns_per_head"] = seconds / heads * 1e9;
     require_representative(state, b);
 }
 
@@ -539,14 +557,23 @@ void register_layout(const std::string& name) {
     for (unsigned t : {1u, 2u}) {
         const std::string th = "/threads:" + std::to_string(t);
         benchmark::RegisterBenchmark(("rope/S1-bf16/" + name + th).c_str(),
-                                     [t](benchmark::State& s) { rope_s1_16<Layout, posenc::bf16>(s, t); })
+                                     [t](benchmark::State& s) { rope_16<Layout>(s, s1_buffers16<posenc::bf16>(), t); })
             ->Unit(benchmark::kMicrosecond)
             ->UseManualTime();
         benchmark::RegisterBenchmark(("rope/S1-fp16/" + name + th).c_str(),
-                                     [t](benchmark::State& s) { rope_s1_16<Layout, posenc::fp16>(s, t); })
+                                     [t](benchmark::State& s) { rope_16<Layout>(s, s1_buffers16<posenc::fp16>(), t); })
             ->Unit(benchmark::kMicrosecond)
             ->UseManualTime();
     }
+    // The arithmetic alone: the same kernels with the data in L2 (ns_per_head), against the same pass there.
+    benchmark::RegisterBenchmark(("rope/L2-bf16/" + name).c_str(),
+                                 [](benchmark::State& s) { rope_16<Layout>(s, l2_buffers16<posenc::bf16>(), 1); })
+        ->Unit(benchmark::kMicrosecond)
+        ->UseManualTime();
+    benchmark::RegisterBenchmark(("rope/L2-fp16/" + name).c_str(),
+                                 [](benchmark::State& s) { rope_16<Layout>(s, l2_buffers16<posenc::fp16>(), 1); })
+        ->Unit(benchmark::kMicrosecond)
+        ->UseManualTime();
     benchmark::RegisterBenchmark(("kv/append/" + name).c_str(), kv_append<Layout>)->Unit(benchmark::kMicrosecond)->UseManualTime();
     benchmark::RegisterBenchmark(("rope/S1-qknorm/" + name).c_str(), [](benchmark::State& s) { rope_qknorm<Layout>(s, false); })
         ->Unit(benchmark::kMicrosecond)
