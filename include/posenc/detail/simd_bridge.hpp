@@ -78,10 +78,7 @@ void run(const rotate_job& job, unsigned threads, const executor* ex = nullptr) 
     if (!simd_can_run(job)) return run_scalar<Layout>(job);
     const simd::rotate_args args = to_args<Layout>(job);
     const std::size_t floats = simd::bytes_moved(args) / (2 * sizeof(float));
-    run_slices(threads, ex, args.tokens, floats, [&](std::size_t b, std::size_t e) {
-        if (b == 0 && e == args.tokens) return simd::rotate(args);
-        simd::rotate(slice(args, b, e));
-    });
+    run_slices(threads, ex, args.tokens, floats, [&](std::size_t b, std::size_t e) { simd::rotate(slice(args, b, e)); });
 }
 
 }  // namespace posenc::detail
