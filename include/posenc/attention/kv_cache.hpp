@@ -200,11 +200,31 @@ private:
 
     // Token-major, as the projection output is laid out: the source is read in order (head-major
     // reads jump a token stride per row, which the hardware prefetcher does not follow), and the
-    // cache's kv_heads rows per token are kv_heads sequential write streams.
+    // cache's kv_heads rows per token are kv_heads sequential write streams. Each row's next-token
+    // row, source and destination, is asked for before the row is copied, as the rotary kernels do
+    // (S1's V into a head-major cache on Zen 5, against a copy of the same bytes: 0.67–0.75 with
+    // memcpy alone, 0.79–0.85 with the prefetches, three rounds).
     static void copy_rows(const heads_view<const float>& src, const heads_view<float>& dst, std::size_t begin,
                           std::size_t end) noexcept {
+        const std::size_t bytes = src.head_dim() * sizeof(float);
         for (std::size_t t = begin; t < end; ++t)
-            for (std::size_t h = 0; h < src.heads(); ++h) std::memcpy(dst.row(t, h), src.row(t, h), src.head_dim() * sizeof(float));
+            for (std::size_t h = 0; h < src.heads(); ++h) {
+                if (t + 1 < end) prefetch_row(src.row(t + 1, h), dst.row(t + 1, h), bytes);
+                std::memcpy(dst.row(t, h), src.row(t, h), bytes);
+            }
+    }
+    // Always inlined: g++ 12 at -O2 deletes calls to an out-of-line function whose only effect is a
+    // prefetch (see simd/kernels.hpp).
+    [[gnu::always_inline]] static void prefetch_row(const float* src, float* dst, std::size_t bytes) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC unroll 8
+        for (std::size_t b = 0; b < bytes; b += 64) {
+            __builtin_prefetch(reinterpret_cast<const char*>(src) + b);
+            __builtin_prefetch(reinterpret_cast<char*>(dst) + b, 1);
+        }
+#else
+        (void)src, (void)dst, (void)bytes;
+#endif
     }
     static void copy_rows(const heads_view<const float>& src, const heads_view<float>& dst) noexcept {
         copy_rows(src, dst, 0, src.tokens());
