@@ -37,13 +37,14 @@ double gemm_pass(const float* q, const float* k, const float* v, std::size_t T, 
 }
 
 // In limit_avx2.cpp (limit.hpp, whose inline functions must not be compiled here: the COMDAT rule).
-void copy_avx2(const float* src, float* dst, std::size_t n) noexcept;
+void copy_avx2(const float* src, float* dst, std::size_t n, bool prefetch) noexcept;
 
-void copy_pass(const float* src, float* dst, std::size_t n, unsigned threads) {
+void copy_pass(const float* src, float* dst, std::size_t n, unsigned threads, bool prefetch) {
     auto run = [&](std::size_t b, std::size_t e) {
 #if defined(__AVX2__)  // this unit is compiled for the build machine (-march=native)
-        copy_avx2(src + b, dst + b, e - b);
+        copy_avx2(src + b, dst + b, e - b, prefetch);
 #else
+        (void)prefetch;
         std::memcpy(dst + b, src + b, (e - b) * sizeof(float));
 #endif
     };

@@ -15,9 +15,9 @@ double gemm_pass(const float* q, const float* k, const float* v, std::size_t T, 
 /// A read pass over n floats (vectorized sum), split over `threads` threads; returns the sum.
 float read_pass(const float* x, std::size_t n, unsigned threads);
 
-/// A copy pass of n floats from src to dst (the prefetching AVX2 copy per slice, memcpy without AVX2),
-/// split over `threads` threads.
-void copy_pass(const float* src, float* dst, std::size_t n, unsigned threads);
+/// A copy pass of n floats from src to dst (the AVX2 copy per slice, asking for both buffers' lines
+/// 8 KiB ahead when `prefetch`; memcpy without AVX2), split over `threads` threads.
+void copy_pass(const float* src, float* dst, std::size_t n, unsigned threads, bool prefetch);
 
 /// Materialised attention, what one writes first: per head S = s·Q·Kᵀ (+ ALiBi −m_h(i−j) when slopes),
 /// causal −∞ above the diagonal, row softmax, O = P·V. Dense [T][H][D] buffers, Hq multiple of Hkv,

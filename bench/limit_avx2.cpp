@@ -1,7 +1,8 @@
-// x ← a·x with 256-bit vectors, four at a time, asking for the lines 8 KiB ahead (software prefetch:
-// 10–20% faster than the hardware prefetcher alone on this VM, and the kernels prefetch too, so a
-// limit without it would flatter them). Only xsimd code templated on fma3<avx2> here, so
-// nothing compiled with -mavx2 can be shared with baseline code (the COMDAT trap).
+// x ← a·x, x ^= sign and dst ← src with 256-bit vectors, four at a time, with or without asking for
+// the lines 8 KiB ahead (software prefetch): the benchmarks take the faster of the two as the limit
+// (posenc_bench.cpp, limit_clock), since which one wins depends on the machine. Only xsimd code
+// templated on fma3<avx2> here, so nothing compiled with -mavx2 can be shared with baseline code
+// (the COMDAT trap).
 #include <cstdint>
 
 #include <xsimd/xsimd.hpp>
@@ -13,7 +14,10 @@ namespace posenc_bench {
 namespace {
 constexpr std::size_t prefetch_distance = 8192;  // bytes
 /// The 128 bytes at offset + prefetch_distance of a buffer of `size` bytes, when inside it.
-void prefetch_ahead(const void* base, std::size_t offset, std::size_t size) noexcept {
+/// Always inlined: out of line, g++ 12 (IPA modref / pure-const, -O2 and -O3) found it free of side
+/// effects and deleted every call, so the limit passes ran without their prefetches until 2026-12-02
+/// (as the kernels' helpers had, simd/kernels.hpp).
+[[gnu::always_inline]] inline void prefetch_ahead(const void* base, std::size_t offset, std::size_t size) noexcept {
     if (offset + prefetch_distance + 128 > size) return;
     const char* at = static_cast<const char*>(base) + offset + prefetch_distance;
     __builtin_prefetch(at);
@@ -21,13 +25,13 @@ void prefetch_ahead(const void* base, std::size_t offset, std::size_t size) noex
 }
 }  // namespace
 
-void scale_avx2(float* x, std::size_t n, float a) noexcept {
+void scale_avx2(float* x, std::size_t n, float a, bool prefetch) noexcept {
     using batch = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
     constexpr std::size_t W = batch::size;
     const batch av(a);
     std::size_t i = 0;
     for (; i + 4 * W <= n; i += 4 * W) {  // 128 bytes
-        prefetch_ahead(x, i * sizeof(float), n * sizeof(float));
+        if (prefetch) prefetch_ahead(x, i * sizeof(float), n * sizeof(float));
         const batch v0 = batch::load_unaligned(x + i), v1 = batch::load_unaligned(x + i + W);
         const batch v2 = batch::load_unaligned(x + i + 2 * W), v3 = batch::load_unaligned(x + i + 3 * W);
         (v0 * av).store_unaligned(x + i);
@@ -38,13 +42,13 @@ void scale_avx2(float* x, std::size_t n, float a) noexcept {
     for (; i < n; ++i) x[i] *= a;
 }
 
-void flip16_avx2(std::uint16_t* x, std::size_t n) noexcept {
+void flip16_avx2(std::uint16_t* x, std::size_t n, bool prefetch) noexcept {
     using batch = xsimd::batch<std::uint16_t, xsimd::fma3<xsimd::avx2>>;
     constexpr std::size_t W = batch::size;
     const batch sign(static_cast<std::uint16_t>(0x8000u));
     std::size_t i = 0;
     for (; i + 4 * W <= n; i += 4 * W) {  // 128 bytes
-        prefetch_ahead(x, i * sizeof(std::uint16_t), n * sizeof(std::uint16_t));
+        if (prefetch) prefetch_ahead(x, i * sizeof(std::uint16_t), n * sizeof(std::uint16_t));
         const batch v0 = batch::load_unaligned(x + i), v1 = batch::load_unaligned(x + i + W);
         const batch v2 = batch::load_unaligned(x + i + 2 * W), v3 = batch::load_unaligned(x + i + 3 * W);
         (v0 ^ sign).store_unaligned(x + i);
@@ -55,13 +59,15 @@ void flip16_avx2(std::uint16_t* x, std::size_t n) noexcept {
     for (; i < n; ++i) x[i] ^= 0x8000u;
 }
 
-void copy_avx2(const float* src, float* dst, std::size_t n) noexcept {
+void copy_avx2(const float* src, float* dst, std::size_t n, bool prefetch) noexcept {
     using batch = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
     constexpr std::size_t W = batch::size;
     std::size_t i = 0;
-    for (; i + 4 * W <= n; i += 4 * W) {  // 128 bytes; both sides prefetched (faster than glibc's memcpy here)
-        prefetch_ahead(src, i * sizeof(float), n * sizeof(float));
-        prefetch_ahead(dst, i * sizeof(float), n * sizeof(float));
+    for (; i + 4 * W <= n; i += 4 * W) {  // 128 bytes
+        if (prefetch) {
+            prefetch_ahead(src, i * sizeof(float), n * sizeof(float));
+            prefetch_ahead(dst, i * sizeof(float), n * sizeof(float));
+        }
         const batch v0 = batch::load_unaligned(src + i), v1 = batch::load_unaligned(src + i + W);
         const batch v2 = batch::load_unaligned(src + i + 2 * W), v3 = batch::load_unaligned(src + i + 3 * W);
         v0.store_unaligned(dst + i);

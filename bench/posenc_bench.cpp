@@ -30,7 +30,7 @@
 //   rope/L2-bf16, L2-fp16/<layout>  the same for 64 tokens (640 KiB: in L2), 1 thread: the kernel's arithmetic
 //                               without S1's memory traffic; ns_per_head, limit as above over those buffers
 //   kv/append/<layout>          S1's K rotated from a source buffer into a cache slot; limit: a copy of the same bytes
-//                               (an AVX2 loop prefetching source and destination; faster than memcpy here)
+//                               (an AVX2 loop)
 //   rope/S1-qknorm/<layout>     fused per-head RMSNorm + RoPE in place (limit as S1)
 //   rope/S1-qknorm-2pass/<layout>  the same as two passes (norm pass: the kernel at position 0, then RoPE)
 //   threads/spawn-join          starting and joining one std::thread (what set_threads costs per call without OpenMP)
@@ -42,7 +42,8 @@
 //
 // Every rope/scalar benchmark reports bytes_per_second (Q+K read + written) and limit_fraction: its
 // bytes/s over the limit pass's on the same buffers with the same thread count, the two measured
-// alternately within the benchmark (see paired_loop). limit/S1 also runs on its own. A summary table
+// alternately within the benchmark (see paired_loop); the limit pass is the faster of its prefetching
+// and plain variants (limit_clock). limit/S1 also runs on its own (prefetching). A summary table
 // follows Google Benchmark's own output, on stderr. Every S1 benchmark starts from S1's own values
 // (no benchmark measures what an earlier one left in the buffers), and one whose data drifted into
 // subnormal or non-finite values reports an error instead of a time (see representative_data).
@@ -128,10 +129,43 @@ posenc::heads_view<float> view(aligned_vector& v, std::size_t tokens, std::size_
     return {std::span<float>(v), {tokens, heads, S1_head_dim}};
 }
 
+/// The limit passes' time: each pass runs with software prefetch (8 KiB ahead) on one iteration and
+/// without it on the next, and the limit is the faster of the two on average. Which one wins depends
+/// on the machine and the buffers (Zen 5, 2026-12-02: the in-place passes ~1.3× faster with it, the
+/// copy faster without), and a limit slower than the best pass would flatter the kernels. (Until that
+/// day every limit pass ran without prefetch on g++ 12: the compiler had deleted the prefetch helper's
+/// calls, see limit_avx2.cpp.) Reports limit_prefetch: 1 when the prefetching pass was the faster.
+class limit_clock {
+public:
+    /// Times pass(prefetch), alternating the two variants.
+    template <class Pass>
+    void time(Pass&& pass) {
+        using clock = std::chrono::steady_clock;
+        const bool prefetch = runs_[1] <= runs_[0];
+        const auto t0 = clock::now();
+        pass(prefetch);
+        benchmark::ClobberMemory();
+        seconds_[prefetch] += std::chrono::duration<double>(clock::now() - t0).count();
+        ++runs_[prefetch];
+    }
+    /// limit_fraction (the kernel's `runs` iterations in `kernel_seconds`) and limit_prefetch.
+    void report(benchmark::State& state, double kernel_seconds, double runs) const {
+        if (kernel_seconds <= 0 || runs_[1] == 0) return;
+        const bool prefetch = runs_[0] == 0 || seconds_[1] / runs_[1] <= seconds_[0] / runs_[0];
+        state.counters["limit_fraction"] = seconds_[prefetch] / runs_[prefetch] * runs / kernel_seconds;
+        state.counters["limit_prefetch"] = prefetch ? 1 : 0;
+    }
+
+private:
+    double seconds_[2] = {0, 0};
+    std::size_t runs_[2] = {0, 0};
+};
+
 // Times `body` per iteration (the benchmark's time and bytes/s) and, right before each iteration,
-// the limit pass over the same buffers with the same thread count. limit_fraction = limit time ÷
-// kernel time over the whole run: measured side by side, so that the drift of a shared machine
-// between two benchmarks does not distort the ratio.
+// the limit pass over the same buffers with the same thread count (with and without prefetch on
+// alternate iterations, the faster counting: limit_clock). limit_fraction = limit time ÷ kernel time
+// over the whole run: measured side by side, so that the drift of a shared machine between two
+// benchmarks does not distort the ratio.
 //
 // `limit_scale` is the a of the limit pass: 1/amplitude for a rotation that scales by amplitude, so
 // that the buffers stay bounded over millions of iterations (the two passes cost the same for any a).
@@ -146,27 +180,27 @@ template <class F>
 void paired_loop(benchmark::State& state, buffers& b, unsigned threads, F&& body, float limit_scale = 1.0f,
                  const buffers* pristine = nullptr) {
     using clock = std::chrono::steady_clock;
-    double limit_seconds = 0, kernel_seconds = 0;
+    limit_clock limit;
+    double kernel_seconds = 0;
     for (auto _ : state) {
         if (pristine) {
             std::copy(pristine->q.begin(), pristine->q.end(), b.q.begin());
             std::copy(pristine->k.begin(), pristine->k.end(), b.k.begin());
         }
-        const auto t0 = clock::now();
-        posenc_bench::scale_in_place(b.q.data(), b.q.size(), limit_scale, threads);
-        posenc_bench::scale_in_place(b.k.data(), b.k.size(), limit_scale, threads);
-        benchmark::ClobberMemory();
+        limit.time([&](bool prefetch) {
+            posenc_bench::scale_in_place(b.q.data(), b.q.size(), limit_scale, threads, prefetch);
+            posenc_bench::scale_in_place(b.k.data(), b.k.size(), limit_scale, threads, prefetch);
+        });
         const auto t1 = clock::now();
         body();
         benchmark::ClobberMemory();
         const auto t2 = clock::now();
-        limit_seconds += std::chrono::duration<double>(t1 - t0).count();
         kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
         state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
     }
     if (!require_representative(state, b)) return;
     state.SetBytesProcessed(static_cast<std::int64_t>(b.bytes_moved() * static_cast<double>(state.iterations())));
-    if (kernel_seconds > 0) state.counters["limit_fraction"] = limit_seconds / kernel_seconds;
+    limit.report(state, kernel_seconds, static_cast<double>(state.iterations()));
 }
 
 void limit_s1(benchmark::State& state, unsigned threads) {
@@ -235,29 +269,30 @@ void rope_s2(benchmark::State& state) {
     // A call takes ~0.2 µs, too short to time one by one: the limit pairing alternates blocks of
     // calls before the timed loop, which then times plain calls.
     using clock = std::chrono::steady_clock;
-    double limit_seconds = 0, kernel_seconds = 0;
-    for (int round = 0; round < 200; ++round) {
-        const auto t0 = clock::now();
-        for (int i = 0; i < 64; ++i) {
-            posenc_bench::scale_in_place(b.q.data(), b.q.size(), 1.0f, 1);
-            posenc_bench::scale_in_place(b.k.data(), b.k.size(), 1.0f, 1);
-            benchmark::ClobberMemory();
-        }
+    limit_clock limit;
+    double kernel_seconds = 0;
+    constexpr int rounds = 200, calls = 64;
+    for (int round = 0; round < rounds; ++round) {
+        limit.time([&](bool prefetch) {
+            for (int i = 0; i < calls; ++i) {
+                posenc_bench::scale_in_place(b.q.data(), b.q.size(), 1.0f, 1, prefetch);
+                posenc_bench::scale_in_place(b.k.data(), b.k.size(), 1.0f, 1, prefetch);
+                benchmark::ClobberMemory();
+            }
+        });
         const auto t1 = clock::now();
-        for (int i = 0; i < 64; ++i) {
+        for (int i = 0; i < calls; ++i) {
             rope.apply(q, k, pos);
             benchmark::ClobberMemory();
         }
-        const auto t2 = clock::now();
-        limit_seconds += std::chrono::duration<double>(t1 - t0).count();
-        kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
+        kernel_seconds += std::chrono::duration<double>(clock::now() - t1).count();
     }
     for (auto _ : state) {
         rope.apply(q, k, pos);
         benchmark::ClobberMemory();
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(b.bytes_moved() * static_cast<double>(state.iterations())));
-    state.counters["limit_fraction"] = limit_seconds / kernel_seconds;
+    limit.report(state, kernel_seconds, rounds);
 }
 
 void table_s4(benchmark::State& state) {
@@ -301,25 +336,23 @@ buffers16<T>& l2_buffers16() {
     return b;
 }
 
-/// As paired_loop, with any limit pass. Returns the kernel's seconds in all.
+/// As paired_loop, with any limit pass, limit_pass(bool prefetch). Returns the kernel's seconds in all.
 template <class Limit, class F>
-double paired(benchmark::State& state, double bytes, Limit&& limit, F&& body) {
+double paired(benchmark::State& state, double bytes, Limit&& limit_pass, F&& body) {
     using clock = std::chrono::steady_clock;
-    double limit_seconds = 0, kernel_seconds = 0;
+    limit_clock limit;
+    double kernel_seconds = 0;
     for (auto _ : state) {
-        const auto t0 = clock::now();
-        limit();
-        benchmark::ClobberMemory();
+        limit.time(limit_pass);
         const auto t1 = clock::now();
         body();
         benchmark::ClobberMemory();
         const auto t2 = clock::now();
-        limit_seconds += std::chrono::duration<double>(t1 - t0).count();
         kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
         state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
     }
     state.SetBytesProcessed(static_cast<std::int64_t>(bytes * static_cast<double>(state.iterations())));
-    if (kernel_seconds > 0) state.counters["limit_fraction"] = limit_seconds / kernel_seconds;
+    limit.report(state, kernel_seconds, static_cast<double>(state.iterations()));
     return kernel_seconds;
 }
 
@@ -335,9 +368,9 @@ void rope_16(benchmark::State& state, buffers16<T>& b, unsigned threads) {
     const auto pos = posenc::position_ids::consecutive(0, tokens);
     const double seconds = paired(
         state, b.bytes_moved(),
-        [&] {
-            posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.q.data()), b.q.size(), threads);
-            posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.k.data()), b.k.size(), threads);
+        [&](bool prefetch) {
+            posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.q.data()), b.q.size(), threads, prefetch);
+            posenc_bench::flip16_in_place(reinterpret_cast<std::uint16_t*>(b.k.data()), b.k.size(), threads, prefetch);
         },
         [&] { rope.apply(table, q, k, pos); });
     const double heads = static_cast<double>(tokens * (S1_q_heads + S1_kv_heads)) * static_cast<double>(state.iterations());
@@ -364,7 +397,7 @@ void kv_append(benchmark::State& state) {
     const posenc::heads_view<float> dv(dst, {S1_tokens, S1_kv_heads, S1_head_dim});
     const auto pos = posenc::position_ids::consecutive(slot, S1_tokens);
     paired(
-        state, 2.0 * static_cast<double>(n * sizeof(float)), [&] { posenc_bench::copy_pass(src.data(), dst, n, 1); },
+        state, 2.0 * static_cast<double>(n * sizeof(float)), [&](bool prefetch) { posenc_bench::copy_pass(src.data(), dst, n, 1, prefetch); },
         [&] { rope.apply_into(table, sv, dv, pos); });
 }
 
@@ -494,11 +527,11 @@ void rope_s1_executor(benchmark::State& state, bool persistent) {
     // The limit pass runs on the pool's two threads, not on OpenMP's: OpenMP's workers spin for a
     // while after each region, and on a 2-vCPU machine they took the executor's core (measured on a
     // Xeon: pool2 at 0.49–0.74 of the limit that way, 1.03 with OMP_WAIT_POLICY=passive).
-    const auto limit = [&] {
+    const auto limit = [&](bool prefetch) {
         workers.run(2, [&](std::size_t slice) {
             for (auto* v : {&b.q, &b.k}) {
                 const std::size_t from = v->size() * slice / 2, to = v->size() * (slice + 1) / 2;
-                posenc_bench::scale_in_place(v->data() + from, to - from, 1.0f, 1);
+                posenc_bench::scale_in_place(v->data() + from, to - from, 1.0f, 1, prefetch);
             }
         });
     };
@@ -796,7 +829,6 @@ void attention_eigen_tiles(benchmark::State& state) {
 // read and one write), against a copy pass of the same bytes (K and V, source to a separate buffer),
 // timed alternately. bytes/s counts read + written.
 void kv_cache_append(benchmark::State& state, unsigned threads) {
-    using clock = std::chrono::steady_clock;
     auto& b = s1_buffers();
     static aligned_vector v(b.k.size(), 0.5f), copy_dst(2 * b.k.size());
     posenc::rotary<posenc::half_split> rope({.head_dim = S1_head_dim}, posenc::default_rope{.base = 10000});
@@ -805,25 +837,18 @@ void kv_cache_append(benchmark::State& state, unsigned threads) {
     const posenc::heads_view<const float> K(b.k.data(), {S1_tokens, S1_kv_heads, S1_head_dim});
     const posenc::heads_view<const float> V(v.data(), {S1_tokens, S1_kv_heads, S1_head_dim});
     const auto pos = posenc::position_ids::consecutive(0, S1_tokens);
-    double limit_seconds = 0, kernel_seconds = 0;
-    for (auto _ : state) {
-        const auto t0 = clock::now();
-        posenc_bench::copy_pass(b.k.data(), copy_dst.data(), b.k.size(), threads);
-        posenc_bench::copy_pass(v.data(), copy_dst.data() + b.k.size(), v.size(), threads);
-        benchmark::ClobberMemory();
-        const auto t1 = clock::now();
-        cache.clear();
-        cache.append(K, V, pos);
-        benchmark::ClobberMemory();
-        const auto t2 = clock::now();
-        limit_seconds += std::chrono::duration<double>(t1 - t0).count();
-        kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
-        state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
-    }
-    benchmark::DoNotOptimize(cache.key_storage().data());
     const double bytes = 2.0 * static_cast<double>((b.k.size() + v.size()) * sizeof(float));
-    state.SetBytesProcessed(static_cast<std::int64_t>(bytes * static_cast<double>(state.iterations())));
-    if (kernel_seconds > 0) state.counters["limit_fraction"] = limit_seconds / kernel_seconds;
+    paired(
+        state, bytes,
+        [&](bool prefetch) {
+            posenc_bench::copy_pass(b.k.data(), copy_dst.data(), b.k.size(), threads, prefetch);
+            posenc_bench::copy_pass(v.data(), copy_dst.data() + b.k.size(), v.size(), threads, prefetch);
+        },
+        [&] {
+            cache.clear();
+            cache.append(K, V, pos);
+        });
+    benchmark::DoNotOptimize(cache.key_storage().data());
 }
 
 void register_attention() {
