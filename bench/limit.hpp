@@ -17,7 +17,7 @@ void copy_avx2(const float* src, float* dst, std::size_t n, bool prefetch) noexc
 /// x ^= 0x8000 over 16-bit values (flips the sign of bf16/fp16): the in-place pass of S1-bf16/fp16.
 void flip16_avx2(std::uint16_t* x, std::size_t n, bool prefetch) noexcept;
 
-inline void flip16_in_place(std::uint16_t* x, std::size_t n, unsigned threads, bool prefetch = true) {
+inline void flip16_in_place(std::uint16_t* x, std::size_t n, unsigned threads, bool prefetch) {
     static const bool avx2 = posenc::simd::compat::cpu_supports<xsimd::fma3<xsimd::avx2>>();
     auto run = [&](std::size_t b, std::size_t e) {
         if (avx2) return flip16_avx2(x + b, e - b, prefetch);
@@ -27,7 +27,7 @@ inline void flip16_in_place(std::uint16_t* x, std::size_t n, unsigned threads, b
     posenc::detail::parallel_slices(threads, n, run);
 }
 
-inline void scale_in_place(float* x, std::size_t n, float a, unsigned threads, bool prefetch = true) {
+inline void scale_in_place(float* x, std::size_t n, float a, unsigned threads, bool prefetch) {
     static const bool avx2 = posenc::simd::compat::cpu_supports<xsimd::fma3<xsimd::avx2>>();
     auto run = [&](std::size_t b, std::size_t e) {
         if (avx2) return scale_avx2(x + b, e - b, a, prefetch);

@@ -202,8 +202,9 @@ private:
     // reads jump a token stride per row, which the hardware prefetcher does not follow), and the
     // cache's kv_heads rows per token are kv_heads sequential write streams. Each row's next-token
     // row, source and destination, is asked for before the row is copied, as the rotary kernels do
-    // (S1's V into a head-major cache on Zen 5, against a copy of the same bytes: 0.67–0.75 with
-    // memcpy alone, 0.79–0.85 with the prefetches, three rounds).
+    // (Zen 5, three rounds: S1's V alone into a head-major cache, against a copy of the same bytes,
+    // 0.67–0.75 with memcpy alone, 0.79–0.85 with the prefetches; kv_cache/append, K and V, 0.61–0.74
+    // → 0.76–0.81).
     static void copy_rows(const heads_view<const float>& src, const heads_view<float>& dst, std::size_t begin,
                           std::size_t end) noexcept {
         const std::size_t bytes = src.head_dim() * sizeof(float);

@@ -1,7 +1,7 @@
 #pragma once
 // Facts about the CPU the program runs on (CPUID), for the choices the kernels cannot make from
-// their compile flags (F16C for fp16 under run-time dispatch), and whether 16-bit buffers are
-// software-prefetched. Not included by the per-architecture kernel units (the COMDAT rule,
+// their compile flags (F16C for fp16 under run-time dispatch), and the compile-time switch for the
+// software prefetch of 16-bit buffers. Not included by the per-architecture kernel units (the COMDAT rule,
 // shared/notes/xsimd.md): the kernels get the answers through rotate_args.
 
 namespace posenc::simd {
@@ -50,10 +50,12 @@ inline void read_cpuid(unsigned leaf, unsigned subleaf, unsigned (&r)[4]) noexce
 /// POSENC_PREFETCH_16BIT defined to 0. Results never depend on it. Measured, S1-bf16/fp16 against
 /// their in-place limit, alternating builds with and without: Intel Xeon (AVX-512) bf16 0.54–0.62 →
 /// 0.71–0.76, fp16 neutral to +0.04; AMD Zen 3 (AVX2) fp16 42 → 28 ns a head, bf16 56 → 50; AMD Zen 5
-/// (AVX-512) on 2026-12-02 0.60–0.77 → 0.87–1.01 in all four rows, three rounds. (A Zen 5
-/// measurement in November had seen a loss and turned it off there; measured again on 2026-12-02,
-/// the two builds it compared, 7927e01 without the prefetch and its parent with it, came out the
-/// other way in 11 of 12 pairs: the loss belonged to the host's state then, not to the CPU.)
+/// (AVX-512) 0.60–0.77 → 0.87–1.01 in all four rows, three rounds. (A Zen 5 measurement earlier on
+/// 2026-12-02 had seen a loss and turned it off there; measured again that afternoon, the two builds
+/// it compared, 7927e01 without the prefetch and its parent with it (which also copies each row, on
+/// its own slower), came out the other way in 11 of 12 pairs: the loss belonged to the host's state
+/// then, not to the CPU.) Until 2026-12-02 it was a per-CPU choice (simd::prefetch_16bit_for, with
+/// the vendor and family in cpu_signature): removed.
 [[nodiscard]] inline bool prefetch_16bit() noexcept {
 #ifdef POSENC_PREFETCH_16BIT
     return POSENC_PREFETCH_16BIT != 0;

@@ -52,7 +52,7 @@ struct rotate_args {
     double amplitude = 1.0;
     double row_scale = 1.0;  ///< rows and table rows are multiplied by this (inverse: 1/amplitude²)
     /// Software-prefetch bf16/fp16 sources as float ones are (the next token's heads). detail::to_args
-    /// sets it from simd::prefetch_16bit() (simd/cpu.hpp: on the CPUs where it measured faster); code
+    /// sets it from simd::prefetch_16bit() (simd/cpu.hpp: on unless POSENC_PREFETCH_16BIT is 0); code
     /// that fills rotate_args itself gets false unless it asks. (Not defaulted to that call here: this
     /// header is compiled into the per-architecture kernel units, which must not emit it.)
     bool prefetch_16bit = false;
