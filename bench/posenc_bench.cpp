@@ -164,6 +164,29 @@ private:
     std::size_t runs_[2] = {0, 0};
 };
 
+/// The timing loop of every paired benchmark: per iteration `prepare()` (untimed), the limit pass
+/// limit_pass(bool prefetch) (limit_clock), then `body` (the iteration's time). Returns the kernel's
+/// seconds in all.
+template <class Limit, class F, class Prepare = void (*)()>
+double paired(benchmark::State& state, double bytes, Limit&& limit_pass, F&& body, Prepare&& prepare = [] {}) {
+    using clock = std::chrono::steady_clock;
+    limit_clock limit;
+    double kernel_seconds = 0;
+    for (auto _ : state) {
+        prepare();
+        limit.time(limit_pass);
+        const auto t1 = clock::now();
+        body();
+        benchmark::ClobberMemory();
+        const auto t2 = clock::now();
+        kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
+        state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
+    }
+    state.SetBytesProcessed(static_cast<std::int64_t>(bytes * static_cast<double>(state.iterations())));
+    limit.report(state, kernel_seconds, static_cast<double>(state.iterations()));
+    return kernel_seconds;
+}
+
 // Times `body` per iteration (the benchmark's time and bytes/s) and, right before each iteration,
 // the limit pass over the same buffers with the same thread count (with and without prefetch on
 // alternate iterations, the faster counting: limit_clock). limit_fraction = limit time ÷ kernel time
@@ -182,28 +205,19 @@ private:
 template <class F>
 void paired_loop(benchmark::State& state, buffers& b, unsigned threads, F&& body, float limit_scale = 1.0f,
                  const buffers* pristine = nullptr) {
-    using clock = std::chrono::steady_clock;
-    limit_clock limit;
-    double kernel_seconds = 0;
-    for (auto _ : state) {
-        if (pristine) {
-            std::copy(pristine->q.begin(), pristine->q.end(), b.q.begin());
-            std::copy(pristine->k.begin(), pristine->k.end(), b.k.begin());
-        }
-        limit.time([&](bool prefetch) {
+    paired(
+        state, b.bytes_moved(),
+        [&](bool prefetch) {
             posenc_bench::scale_in_place(b.q.data(), b.q.size(), limit_scale, threads, prefetch);
             posenc_bench::scale_in_place(b.k.data(), b.k.size(), limit_scale, threads, prefetch);
+        },
+        body,
+        [&] {
+            if (!pristine) return;
+            std::copy(pristine->q.begin(), pristine->q.end(), b.q.begin());
+            std::copy(pristine->k.begin(), pristine->k.end(), b.k.begin());
         });
-        const auto t1 = clock::now();
-        body();
-        benchmark::ClobberMemory();
-        const auto t2 = clock::now();
-        kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
-        state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
-    }
-    if (!require_representative(state, b)) return;
-    state.SetBytesProcessed(static_cast<std::int64_t>(b.bytes_moved() * static_cast<double>(state.iterations())));
-    limit.report(state, kernel_seconds, static_cast<double>(state.iterations()));
+    require_representative(state, b);
 }
 
 void limit_s1(benchmark::State& state, unsigned threads) {
@@ -337,26 +351,6 @@ buffers16<T>& l2_buffers16() {
     static buffers16<T> b(L2_tokens);
     b.fill();
     return b;
-}
-
-/// As paired_loop, with any limit pass, limit_pass(bool prefetch). Returns the kernel's seconds in all.
-template <class Limit, class F>
-double paired(benchmark::State& state, double bytes, Limit&& limit_pass, F&& body) {
-    using clock = std::chrono::steady_clock;
-    limit_clock limit;
-    double kernel_seconds = 0;
-    for (auto _ : state) {
-        limit.time(limit_pass);
-        const auto t1 = clock::now();
-        body();
-        benchmark::ClobberMemory();
-        const auto t2 = clock::now();
-        kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
-        state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
-    }
-    state.SetBytesProcessed(static_cast<std::int64_t>(bytes * static_cast<double>(state.iterations())));
-    limit.report(state, kernel_seconds, static_cast<double>(state.iterations()));
-    return kernel_seconds;
 }
 
 /// In place over 16-bit buffers (S1's, or the L2-sized ones), against x ^= sign over the same bytes.

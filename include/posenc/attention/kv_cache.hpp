@@ -215,7 +215,8 @@ private:
             }
     }
     // Always inlined: g++ 12 at -O2 deletes calls to an out-of-line function whose only effect is a
-    // prefetch (see simd/kernels.hpp).
+    // prefetch (see simd/kernels.hpp). Not shared with the kernels' prefetch_lines: code included by
+    // the per-architecture units must not be shared with baseline code (the COMDAT rule).
     [[gnu::always_inline]] static void prefetch_row(const float* src, float* dst, std::size_t bytes) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC unroll 8
