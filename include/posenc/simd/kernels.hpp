@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include <xsimd/xsimd.hpp>
 
@@ -509,6 +510,33 @@ struct kernels {
             if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
     }
 
+    /// body(src_of(h), y + h·dst_head_stride) for every head of one token and tensor, the next
+    /// token's lines asked for first, with what the loop needs of v, tr and src_of copied into locals
+    /// beforehand: every head's stores go through may-alias vector types, after which the compiler
+    /// reloads all of it, head after head. The bf16 word-pair loops use it: their per-head scalar work
+    /// (the reloads, the prefetch's address arithmetic) had outgrown the vector arithmetic; on Zen 5,
+    /// L2-resident bf16 heads 13.0 → 11.6–12.9 µs a call, S1-bf16 0.58–0.74 → 0.75–0.87 of its
+    /// limit in four alternating runs. (The float and fp16 loops keep their reloads: with the same
+    /// locals S1 float went 0.85–0.87 → 0.71–0.81 in four runs — the loop's code is the same but for
+    /// the reloads, and why it ran slower is not understood.)
+    template <class S, class D, class Heads, class Body>
+    [[gnu::always_inline]] static void for_each_head(const view_args& v, const Heads& src_of, D* y, const token_rows& tr,
+                                                     Body&& body) noexcept {
+        const Heads src = src_of;  // view_token's lambdas capture what they read by value
+        const std::size_t heads = v.heads, stride = v.dst_head_stride, head_bytes = tr.head_dim * sizeof(S);
+        const std::size_t src_ahead = v.src_token_stride * sizeof(S), dst_ahead = v.dst_token_stride * sizeof(D);
+        const bool prefetch_src = sizeof(S) == sizeof(float) || tr.prefetch_16bit;
+        const bool prefetch_dst = sizeof(D) == sizeof(float) && tr.out_of_place;
+        for (std::size_t h = 0; h < heads; ++h) {
+            const S* x = src(h).x;
+            D* yh = y + h * stride;
+            if (prefetch_src) prefetch_lines<0>(x, src_ahead, head_bytes);  // as prefetch_next_token
+            if constexpr (sizeof(D) == sizeof(float))
+                if (prefetch_dst) prefetch_lines<1>(yh, dst_ahead, tr.head_dim * sizeof(D));
+            body(x, yh);
+        }
+    }
+
     /// The token's row kept in registers for every head; `src_of(h)` is head h's lane source.
     template <std::size_t U, class Heads, class D>
     static void half_split_hoisted(const view_args& v, const Heads& src_of, D* y, const token_rows& tr) noexcept {
@@ -543,10 +571,7 @@ struct kernels {
             ce[p] = fbatch::load_unaligned(tr.cpair + p * 2 * W), co[p] = fbatch::load_unaligned(tr.cpair + p * 2 * W + W);
             se[p] = fbatch::load_unaligned(tr.spair + p * 2 * W), so[p] = fbatch::load_unaligned(tr.spair + p * 2 * W + W);
         }
-        for (std::size_t h = 0; h < v.heads; ++h) {
-            const bf16* x = src_of(h).x;
-            bf16* yh = y + h * v.dst_head_stride;
-            prefetch_next_token(v, x, yh, tr);
+        for_each_head<bf16>(v, src_of, y, tr, [&, n](const bf16* x, bf16* yh) {
             typename ops::lane_pairs x1[P], x2[P];
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) x1[p] = ops::load_pairs(x + p * 2 * W), x2[p] = ops::load_pairs(x + n + p * 2 * W);
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) {
@@ -554,22 +579,19 @@ struct kernels {
                 pin_in_register(x2[p].even), pin_in_register(x2[p].odd);
             }
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) half_split_pair_step(yh + p * 2 * W, n, x1[p], x2[p], ce[p], co[p], se[p], so[p]);
-        }
+        });
     }
 
     template <std::size_t P, class Heads>
     static void interleaved_pairs_hoisted(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr) noexcept {
         fbatch cv[P], sv[P];
         POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) cv[p] = fbatch::load_unaligned(tr.c + p * W), sv[p] = fbatch::load_unaligned(tr.s + p * W);
-        for (std::size_t h = 0; h < v.heads; ++h) {
-            const bf16* x = src_of(h).x;
-            bf16* yh = y + h * v.dst_head_stride;
-            prefetch_next_token(v, x, yh, tr);
+        for_each_head<bf16>(v, src_of, y, tr, [&](const bf16* x, bf16* yh) {
             typename ops::lane_pairs xv[P];
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) xv[p] = ops::load_pairs(x + p * 2 * W);
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) pin_in_register(xv[p].even), pin_in_register(xv[p].odd);
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) interleaved_pair_step(yh + p * 2 * W, xv[p], cv[p], sv[p]);
-        }
+        });
     }
 
     /// The hoisted word-pair path where the pairs cover the whole row and it fits; false otherwise.
@@ -649,7 +671,7 @@ struct kernels {
         view_args v = whole;
         if (last) v.src_token_stride = v.dst_token_stride = 0;
         if (!v.norm_weight)
-            return rotate_heads(v, [&](std::size_t h) { return stored_lanes<S>{x + h * v.src_head_stride}; }, y, tr,
+            return rotate_heads(v, [x, hs = v.src_head_stride](std::size_t h) { return stored_lanes<S>{x + h * hs}; }, y, tr,
                                 tr.out_of_place);
         // Fused norm, a block of heads at a time: every head's sum of squares and the block's scales
         // first (no head waits on its own reduction and square root), then the rotations, reading the
