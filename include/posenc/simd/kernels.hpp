@@ -515,14 +515,14 @@ struct kernels {
     /// beforehand: every head's stores go through may-alias vector types, after which the compiler
     /// reloads all of it, head after head. The bf16 word-pair loops use it: their per-head scalar work
     /// (the reloads, the prefetch's address arithmetic) had outgrown the vector arithmetic; on Zen 5,
-    /// L2-resident bf16 heads 13.0 → 11.6–12.9 µs a call, S1-bf16 0.58–0.74 → 0.75–0.87 of its
-    /// limit in four alternating runs. (The float and fp16 loops keep their reloads: with the same
-    /// locals S1 float went 0.85–0.87 → 0.71–0.81 in four runs — the loop's code is the same but for
-    /// the reloads, and why it ran slower is not understood.)
+    /// S1-bf16 0.69 / 0.69 → 0.80 / 0.81 of its limit, L2-resident heads 5.2–5.9 → 4.4–5.5 ns, three
+    /// alternating rounds. (The float and fp16 loops keep their reloads: with the same locals S1
+    /// float went 0.85–0.87 → 0.71–0.81 in four runs and fp16 did not move — the loop's code is the
+    /// same but for the reloads, and why the float one ran slower is not understood.)
     template <class S, class D, class Heads, class Body>
     [[gnu::always_inline]] static void for_each_head(const view_args& v, const Heads& src_of, D* y, const token_rows& tr,
                                                      Body&& body) noexcept {
-        const Heads src = src_of;  // view_token's lambdas capture what they read by value
+        const Heads src = src_of;  // view_token's stored-lanes lambda captures what it reads by value
         const std::size_t heads = v.heads, stride = v.dst_head_stride, head_bytes = tr.head_dim * sizeof(S);
         const std::size_t src_ahead = v.src_token_stride * sizeof(S), dst_ahead = v.dst_token_stride * sizeof(D);
         const bool prefetch_src = sizeof(S) == sizeof(float) || tr.prefetch_16bit;
