@@ -22,7 +22,6 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include <utility>
 
 #include <xsimd/xsimd.hpp>
 
@@ -510,30 +509,28 @@ struct kernels {
             if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
     }
 
-    /// body(src_of(h), y + h·dst_head_stride) for every head of one token and tensor, the next
-    /// token's lines asked for first, with what the loop needs of v, tr and src_of copied into locals
-    /// beforehand: every head's stores go through may-alias vector types, after which the compiler
-    /// reloads all of it, head after head. The bf16 word-pair loops use it: their per-head scalar work
-    /// (the reloads, the prefetch's address arithmetic) had outgrown the vector arithmetic; on Zen 5,
-    /// S1-bf16 0.69 / 0.69 → 0.80 / 0.81 of its limit, L2-resident heads 5.2–5.9 → 4.4–5.5 ns, three
-    /// alternating rounds. (The float and fp16 loops keep their reloads: with the same locals S1
-    /// float went 0.85–0.87 → 0.71–0.81 in four runs and fp16 did not move — the loop's code is the
-    /// same but for the reloads, and why the float one ran slower is not understood.)
-    template <class S, class D, class Heads, class Body>
-    [[gnu::always_inline]] static void for_each_head(const view_args& v, const Heads& src_of, D* y, const token_rows& tr,
-                                                     Body&& body) noexcept {
-        const Heads src = src_of;  // view_token's stored-lanes lambda captures what it reads by value
-        const std::size_t heads = v.heads, stride = v.dst_head_stride, head_bytes = tr.head_dim * sizeof(S);
-        const std::size_t src_ahead = v.src_token_stride * sizeof(S), dst_ahead = v.dst_token_stride * sizeof(D);
-        const bool prefetch_src = sizeof(S) == sizeof(float) || tr.prefetch_16bit;
-        const bool prefetch_dst = sizeof(D) == sizeof(float) && tr.out_of_place;
+    /// body(src_of(h).x, y + h·dst_head_stride) for every head of one token and tensor of bf16 → bf16
+    /// word pairs, the next token's source lines asked for first (as prefetch_next_token). What the
+    /// loop needs of v, tr and src_of is copied into locals before it: every head's stores go through
+    /// may-alias vector types, after which the compiler reloads all of it, head after head, and for
+    /// these loops that scalar work had outgrown the vector arithmetic (README, "Using posenc inside an
+    /// engine", for the figures). The float and fp16 loops keep reading v and tr per head: with the
+    /// same locals S1 float ran slower on Zen 5 (0.85–0.87 → 0.71–0.81 of its limit, four alternating
+    /// runs; its loop's instructions are the same but for the reloads, and why is not understood) and
+    /// fp16 did not move.
+    template <class Heads, class Body>
+    [[gnu::always_inline]] static void for_each_head(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr,
+                                                     const Body& body) noexcept {
+        // A copy of the closure: view_token's stored-lanes lambda holds x and the head stride by
+        // value, so they become locals the stores cannot alias.
+        const Heads src = src_of;
+        const std::size_t heads = v.heads, stride = v.dst_head_stride;
+        const std::size_t head_bytes = tr.head_dim * sizeof(bf16), ahead = v.src_token_stride * sizeof(bf16);
+        const bool prefetch = tr.prefetch_16bit;
         for (std::size_t h = 0; h < heads; ++h) {
-            const S* x = src(h).x;
-            D* yh = y + h * stride;
-            if (prefetch_src) prefetch_lines<0>(x, src_ahead, head_bytes);  // as prefetch_next_token
-            if constexpr (sizeof(D) == sizeof(float))
-                if (prefetch_dst) prefetch_lines<1>(yh, dst_ahead, tr.head_dim * sizeof(D));
-            body(x, yh);
+            const bf16* x = src(h).x;
+            if (prefetch) prefetch_lines<0>(x, ahead, head_bytes);
+            body(x, y + h * stride);
         }
     }
 
@@ -571,7 +568,7 @@ struct kernels {
             ce[p] = fbatch::load_unaligned(tr.cpair + p * 2 * W), co[p] = fbatch::load_unaligned(tr.cpair + p * 2 * W + W);
             se[p] = fbatch::load_unaligned(tr.spair + p * 2 * W), so[p] = fbatch::load_unaligned(tr.spair + p * 2 * W + W);
         }
-        for_each_head<bf16>(v, src_of, y, tr, [&, n](const bf16* x, bf16* yh) {
+        for_each_head(v, src_of, y, tr, [&](const bf16* x, bf16* yh) {
             typename ops::lane_pairs x1[P], x2[P];
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) x1[p] = ops::load_pairs(x + p * 2 * W), x2[p] = ops::load_pairs(x + n + p * 2 * W);
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) {
@@ -586,7 +583,7 @@ struct kernels {
     static void interleaved_pairs_hoisted(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr) noexcept {
         fbatch cv[P], sv[P];
         POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) cv[p] = fbatch::load_unaligned(tr.c + p * W), sv[p] = fbatch::load_unaligned(tr.s + p * W);
-        for_each_head<bf16>(v, src_of, y, tr, [&](const bf16* x, bf16* yh) {
+        for_each_head(v, src_of, y, tr, [&](const bf16* x, bf16* yh) {
             typename ops::lane_pairs xv[P];
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) xv[p] = ops::load_pairs(x + p * 2 * W);
             POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) pin_in_register(xv[p].even), pin_in_register(xv[p].odd);
