@@ -47,15 +47,10 @@ inline void read_cpuid(unsigned leaf, unsigned subleaf, unsigned (&r)[4]) noexce
 
 /// Whether the kernels software-prefetch bf16/fp16 sources (the next token's heads while this one is
 /// rotated), as they always do float ones: yes, unless the program is compiled with
-/// POSENC_PREFETCH_16BIT defined to 0. Results never depend on it. Measured, S1-bf16/fp16 against
-/// their in-place limit, alternating builds with and without: Intel Xeon (AVX-512) bf16 0.54–0.62 →
-/// 0.71–0.76, fp16 neutral to +0.04; AMD Zen 3 (AVX2) fp16 42 → 28 ns a head, bf16 56 → 50; AMD Zen 5
-/// (AVX-512) 0.60–0.77 → 0.87–1.01 in all four rows, three rounds. (A Zen 5 measurement earlier on
-/// 2026-12-02 had seen a loss and turned it off there; measured again that afternoon, the two builds
-/// it compared, 7927e01 without the prefetch and its parent with it (which also copies each row, on
-/// its own slower), came out the other way in 11 of 12 pairs: the loss belonged to the host's state
-/// then, not to the CPU.) Until 2026-12-02 it was a per-CPU choice (simd::prefetch_16bit_for, with
-/// the vendor and family in cpu_signature): removed.
+/// POSENC_PREFETCH_16BIT defined to 0. Results never depend on it. It measured faster on every CPU
+/// tried (Intel Xeon with AVX-512, AMD Zen 3 and Zen 5; figures and the one Zen 5 run that had seen
+/// a loss, not reproduced: README, "Using posenc inside an engine"). Until 2026-12-02 it was a
+/// per-CPU choice (simd::prefetch_16bit_for, with the vendor and family in cpu_signature): removed.
 [[nodiscard]] inline bool prefetch_16bit() noexcept {
 #ifdef POSENC_PREFETCH_16BIT
     return POSENC_PREFETCH_16BIT != 0;
