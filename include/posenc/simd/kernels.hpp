@@ -513,8 +513,8 @@ struct kernels {
     /// word pairs, the next token's source lines asked for first (as prefetch_next_token). What the
     /// loop needs of v, tr and src_of is copied into locals before it: every head's stores go through
     /// may-alias vector types, after which the compiler reloads all of it, head after head, and for
-    /// these loops that scalar work had outgrown the vector arithmetic (README, "Using posenc inside an
-    /// engine", for the figures). The float and fp16 loops keep reading v and tr per head: with the
+    /// these loops that scalar work had outgrown the vector arithmetic (docs/engine-performance.md,
+    /// for the figures). The float and fp16 loops keep reading v and tr per head: with the
     /// same locals S1 float ran slower on Zen 5 (0.85–0.87 → 0.71–0.81 of its limit, four alternating
     /// runs; its loop's instructions are the same but for the reloads, and why is not understood) and
     /// fp16 did not move.
@@ -673,7 +673,7 @@ struct kernels {
         // Fused norm, a block of heads at a time: every head's sum of squares and the block's scales
         // first (no head waits on its own reduction and square root), then the rotations, reading the
         // block again from L1 (in place too: a block's reads all precede its writes). 8 heads: the
-        // fastest block in memory on the AVX2 VM (README, "Using posenc inside an engine").
+        // fastest block in memory on the AVX2 VM (docs/engine-performance.md).
         constexpr std::size_t block = 8;
         for (std::size_t h0 = 0; h0 < v.heads; h0 += block) {
             view_args part = v;
