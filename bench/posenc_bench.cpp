@@ -199,9 +199,9 @@ double paired(benchmark::State& state, double bytes, Limit&& limit_pass, F&& bod
 // `pristine`, when given, is copied into the buffers before each iteration, untimed: for a body that
 // does not preserve its data's magnitudes (the fused norm), so that every iteration sees the same data.
 // The limit pass then follows that copy rather than the kernel (the kernel still follows the limit
-// pass, as in every row): on the Xeon of the README the limit pass took ~1.5% longer there (1570
-// against 1545 µs), so those rows' limit_fraction reads ~0.015 high; more where S1 fits the last-level
-// cache but S1 and its pristine copy do not.
+// pass, as in every row): on the Xeon of 2026-12-02 (docs/engine-performance.md) the limit pass took
+// ~1.5% longer there (1570 against 1545 µs), so those rows' limit_fraction reads ~0.015 high; more
+// where S1 fits the last-level cache but S1 and its pristine copy do not.
 template <class F>
 void paired_loop(benchmark::State& state, buffers& b, unsigned threads, F&& body, float limit_scale = 1.0f,
                  const buffers* pristine = nullptr) {
