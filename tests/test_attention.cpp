@@ -23,16 +23,13 @@
 
 #include "support/attention_reference.hpp"
 #include "support/catch.hpp"
+#include "support/heads.hpp"
 
 using namespace posenc_test;
 
 namespace {
 
 constexpr double bound = 2e-6;
-
-posenc::heads_view<float> hv(std::vector<float>& x, std::size_t T, std::size_t H, std::size_t D) {
-    return {std::span<float>(x), {T, H, D}};
-}
 
 template <class Enc, class Mask>
 std::vector<float> run_posenc(const attn_problem& p, const Enc& enc, const Mask& mask, posenc::attention_options opt = {},
@@ -48,12 +45,6 @@ std::vector<float> run_posenc(const attn_problem& p, const Enc& enc, const Mask&
     REQUIRE(q == p.q);  // inputs untouched (Q is transformed in scratch)
     REQUIRE(k == p.k);
     return out;
-}
-
-double max_abs(const std::vector<float>& x) {
-    double m = 0;
-    for (float f : x) m = std::max(m, static_cast<double>(std::abs(f)));
-    return m;
 }
 
 double error_of(const std::vector<float>& got, const std::vector<double>& ref) {

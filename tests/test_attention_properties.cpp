@@ -12,15 +12,12 @@
 
 #include "support/attention_reference.hpp"
 #include "support/catch.hpp"
+#include "support/heads.hpp"
 #include "support/errors.hpp"
 
 using namespace posenc_test;
 
 namespace {
-
-posenc::heads_view<float> hv(std::vector<float>& x, std::size_t T, std::size_t H, std::size_t D) {
-    return {std::span<float>(x), {T, H, D}};
-}
 
 template <class Enc, class Mask>
 std::vector<float> run(const attn_problem& p, const Enc& enc, const Mask& mask, posenc::attention_options opt = {}) {
@@ -185,7 +182,7 @@ void check_arch(std::size_t& archs) {
     }
 }
 template <class... Archs>
-std::size_t check_all(xsimd::arch_list<Archs...>) {
+std::size_t check_attention_archs(xsimd::arch_list<Archs...>) {
     std::size_t archs = 0;
     (check_arch<Archs>(archs), ...);
     return archs;
@@ -247,7 +244,7 @@ TEST_CASE("attention: a chunk of queries gives the bits of the same rows of the 
 }
 
 TEST_CASE("attention: every SIMD architecture this CPU has equals the reference", "[attention][simd]") {
-    REQUIRE(check_all(posenc::simd::dispatch_archs{}) >= 1);
+    REQUIRE(check_attention_archs(posenc::simd::dispatch_archs{}) >= 1);
     INFO("dispatch picks " << posenc::simd::attention_kernels().arch);
     CHECK(std::string(posenc::simd::attention_kernels().arch) == posenc::simd::active_arch_name());
 }

@@ -65,7 +65,7 @@ std::vector<float> rows_of(std::size_t pairs, bool with_nan_row) {
     return rows;
 }
 
-struct shape {
+struct bf16_shape {
     std::size_t head_dim, rotary_dim;
 };
 
@@ -78,7 +78,7 @@ bool quiet_nan(float v) { return (std::bit_cast<std::uint32_t>(v) & 0x7FC00000u)
 /// (pass-through lanes: the same bits). Without FMA hardware only the s = 0 lanes compare.
 template <class T>
 std::size_t mismatches(const std::vector<T>& src, const std::vector<T>& got, const std::vector<float>& rows,
-                       const shape& sh, std::size_t heads, bool interleaved, bool fused, std::size_t& compared) {
+                       const bf16_shape& sh, std::size_t heads, bool interleaved, bool fused, std::size_t& compared) {
     const std::size_t r = sh.rotary_dim, n = r / 2, ts = heads * sh.head_dim;
     std::size_t bad = 0;
     for (std::size_t t = 0; t < rows.size() / r; ++t)
@@ -117,7 +117,7 @@ std::size_t mismatches(const std::vector<T>& src, const std::vector<T>& got, con
 }
 
 /// A call over `rows` (one row of rotary_dim floats per token) with no views yet.
-posenc::simd::rotate_args call_over(const std::vector<float>& rows, const shape& sh, bool interleaved) {
+posenc::simd::rotate_args call_over(const std::vector<float>& rows, const bf16_shape& sh, bool interleaved) {
     posenc::simd::rotate_args a;
     a.tokens = rows.size() / sh.rotary_dim;
     a.head_dim = sh.head_dim;
@@ -130,7 +130,7 @@ posenc::simd::rotate_args call_over(const std::vector<float>& rows, const shape&
 /// Runs bf16 → bf16 (in place or into another buffer) on Arch, optionally with a float view in the
 /// same call (a call the word pairs cover only in part), and compares every lane.
 template <class Arch>
-std::size_t check(const shape& sh, bool interleaved, bool in_place, bool with_nan_row, bool with_float_view) {
+std::size_t check(const bf16_shape& sh, bool interleaved, bool in_place, bool with_nan_row, bool with_float_view) {
     constexpr std::size_t heads = 3;
     const std::size_t r = sh.rotary_dim, n = r / 2;
     const auto rows = rows_of(n, with_nan_row);
@@ -161,7 +161,7 @@ std::size_t check(const shape& sh, bool interleaved, bool in_place, bool with_na
 }
 
 template <class... Archs>
-std::size_t check_all(xsimd::arch_list<Archs...>) {
+std::size_t check_bf16_archs(xsimd::arch_list<Archs...>) {
     std::size_t compared = 0;
     if (!posenc::simd::compat::cpu_supports<xsimd::fma3<xsimd::avx2>>())
         WARN("this CPU lacks AVX2: the word-pair path is not exercised here");
@@ -170,9 +170,9 @@ std::size_t check_all(xsimd::arch_list<Archs...>) {
          // Pair steps of 2W lanes, single vectors and tails (W = 4, 8, 16), and partial rotary; on
          // AVX-512 the rows held in registers for 1, 2 and 4 steps (64: 1 / 2, 128: 2 / 4, 32: – / 1,
          // half-split / interleaved) and the loop where they do not fit (96: – / 3).
-         for (const shape sh : {shape{128, 128}, shape{96, 96}, shape{64, 64}, shape{56, 56}, shape{40, 40},
-                                shape{34, 34}, shape{32, 32}, shape{16, 16}, shape{6, 6}, shape{128, 64}, shape{80, 48},
-                                shape{256, 128}})
+         for (const bf16_shape sh : {bf16_shape{128, 128}, bf16_shape{96, 96}, bf16_shape{64, 64}, bf16_shape{56, 56}, bf16_shape{40, 40},
+                                bf16_shape{34, 34}, bf16_shape{32, 32}, bf16_shape{16, 16}, bf16_shape{6, 6}, bf16_shape{128, 64}, bf16_shape{80, 48},
+                                bf16_shape{256, 128}})
              for (bool il : {false, true})
                  for (bool in_place : {true, false})
                      for (bool nan_row : {false, true})
@@ -187,7 +187,7 @@ std::size_t check_all(xsimd::arch_list<Archs...>) {
 TEST_CASE("bf16 to bf16 rounds the float FMA result once, bit for bit, at ties, overflow and NaN", "[dtypes][simd]") {
     // Every CPU runs the SSE2 kernels: 12 shapes × 2 layouts × 2 placements × 2 row sets × 2 view sets, each comparing
     // at least its s = 0 token (3 heads × head_dim ≥ 6 lanes; without FMA only such lanes compare).
-    REQUIRE(check_all(posenc::simd::dispatch_archs{}) >= 12 * 16 * 3 * 6);
+    REQUIRE(check_bf16_archs(posenc::simd::dispatch_archs{}) >= 12 * 16 * 3 * 6);
 }
 
 namespace {
@@ -195,7 +195,7 @@ namespace {
 /// bf16 → bf16 into a destination whose head and token strides differ from the source's: the same
 /// bits as into a dense destination, and nothing written between the destination's rows.
 template <class Arch>
-std::size_t check_strided_destination(const shape& sh, bool interleaved) {
+std::size_t check_strided_destination(const bf16_shape& sh, bool interleaved) {
     if (!posenc::simd::compat::cpu_supports<Arch>()) return 0;
     constexpr std::size_t heads = 3;
     constexpr std::uint16_t sentinel = 0x1234;
@@ -230,7 +230,7 @@ std::size_t check_strided_destination(const shape& sh, bool interleaved) {
 template <class... Archs>
 std::size_t check_strided_all(xsimd::arch_list<Archs...>) {
     std::size_t checked = 0;
-    for (const shape sh : {shape{128, 128}, shape{64, 64}, shape{32, 32}, shape{256, 128}, shape{128, 64}, shape{96, 96}})
+    for (const bf16_shape sh : {bf16_shape{128, 128}, bf16_shape{64, 64}, bf16_shape{32, 32}, bf16_shape{256, 128}, bf16_shape{128, 64}, bf16_shape{96, 96}})
         for (bool il : {false, true}) ((checked += check_strided_destination<Archs>(sh, il)), ...);
     return checked;
 }

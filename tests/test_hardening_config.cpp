@@ -17,6 +17,7 @@
 #include "support/catch.hpp"
 #include "support/errors.hpp"
 #include "support/golden.hpp"
+#include "support/inspect.hpp"
 
 using nlohmann::json;
 using posenc_test::data_path;
@@ -398,32 +399,23 @@ TEST_CASE("hardening corpus through posenc-inspect: exit 0 with valid JSON, or e
     files.push_back(dir.path.string());  // a directory
     files.push_back(data_path("configs/llama-3.1-8b.json"));  // and good ones
     files.push_back(data_path("configs/t5-small.json"));
-    const std::string err = (dir.path / "stderr.txt").string();
     std::size_t ok = 0, failed = 0;
     for (const auto& f : files)
         for (const bool as_json : {true, false}) {
             INFO(f << (as_json ? " --json" : ""));
-            const std::string cmd = std::string(POSENC_INSPECT_PATH) + " '" + f + "'" + (as_json ? " --json" : "") + " 2>" + err;
-            FILE* p = popen(cmd.c_str(), "r");
-            REQUIRE(p != nullptr);
-            std::string out;
-            char buf[4096];
-            while (std::size_t m = std::fread(buf, 1, sizeof buf, p)) out.append(buf, m);
-            const int status = pclose(p);
-            REQUIRE(WIFEXITED(status));
-            std::ifstream e(err, std::ios::binary);
-            const std::string text((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
-            if (WEXITSTATUS(status) == 0) {
+            const auto r = posenc_test::run_inspect("'" + f + "'" + (as_json ? " --json" : ""));
+            REQUIRE(r.exit_code >= 0);
+            if (r.exit_code == 0) {
                 ++ok;
-                CHECK(text.empty());
-                if (as_json) CHECK(json::accept(out));
+                CHECK(r.err.empty());
+                if (as_json) CHECK(json::accept(r.out));
             } else {
                 ++failed;
-                CHECK(WEXITSTATUS(status) == 1);
-                CHECK(out.empty());
-                CHECK(std::count(text.begin(), text.end(), '\n') == 1);
-                CHECK(text.back() == '\n');
-                CHECK(text.size() < 1200);
+                CHECK(r.exit_code == 1);
+                CHECK(r.out.empty());
+                CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+                CHECK(r.err.back() == '\n');
+                CHECK(r.err.size() < 1200);
             }
         }
     REQUIRE(ok + failed == 2 * files.size());
@@ -432,24 +424,14 @@ TEST_CASE("hardening corpus through posenc-inspect: exit 0 with valid JSON, or e
 
 TEST_CASE("hardening: posenc-inspect's T5 range loop, --alibi, --sinusoidal and --positions limits", "[inspect][hardening]") {
     auto run = [](const std::string& args, std::string* err_text = nullptr) {
-        const std::string err = "posenc_hardening_stderr.txt";
-        const std::string cmd = std::string(POSENC_INSPECT_PATH) + " " + args + " 2>" + err;
-        FILE* p = popen(cmd.c_str(), "r");
-        REQUIRE(p != nullptr);
-        std::string out;
-        char buf[4096];
-        while (std::size_t m = std::fread(buf, 1, sizeof buf, p)) out.append(buf, m);
-        const int status = pclose(p);
-        std::ifstream e(err);
-        const std::string text((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
-        std::remove(err.c_str());
-        if (err_text) *err_text = text;
-        REQUIRE(WIFEXITED(status));
-        if (WEXITSTATUS(status) != 0) {
-            CHECK(std::count(text.begin(), text.end(), '\n') == 1);
-            CHECK(out.empty());
+        const auto r = posenc_test::run_inspect(args);
+        if (err_text) *err_text = r.err;
+        REQUIRE(r.exit_code >= 0);
+        if (r.exit_code != 0) {
+            CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+            CHECK(r.out.empty());
         }
-        return std::pair{WEXITSTATUS(status), out};
+        return std::pair{r.exit_code, r.out};
     };
     const std::string t5 = "--t5 --num-buckets 32 --max-distance 128 --bidirectional --json --relative-range ";
     const auto [rc, out] = run(t5 + "9223372036854775807:9223372036854775807");

@@ -13,14 +13,10 @@ using nlohmann::json;
 using posenc_test::expect_config_error;
 using posenc_test::data_path;
 using posenc_test::golden_entry;
+using posenc_test::golden_inv_freq;
+using posenc_test::load_bundled_config;
 
 namespace {
-
-posenc::hf::model_config load(const std::string& name) { return posenc::hf::load_config(data_path("configs/" + name)); }
-
-std::vector<double> golden_inv(const std::string& id) {
-    return golden_entry("rope_inv_freq", id).at("inv_freq_f64").get<std::vector<double>>();
-}
 
 void check_inv(const posenc::hf::rope_spec& spec, const std::vector<double>& expected, std::int64_t seq_len = 0) {
     const auto f = posenc::frequencies(spec.schedule, spec.dims.rotary(), seq_len);
@@ -74,17 +70,17 @@ TEST_CASE("every golden RoPE config read as a v4 and a v5 config.json gives HF's
 }
 
 TEST_CASE("Llama 3.1: llama3 scaling, half_split, head_dim from hidden_size / heads", "[hf]") {
-    const auto cfg = load("llama-3.1-8b.json");
+    const auto cfg = load_bundled_config("llama-3.1-8b.json");
     CHECK(cfg.model_type == "llama");
     CHECK(cfg.max_position_embeddings == 131072);
     CHECK(cfg.rope.layout == posenc::rope_layout::half_split);
     CHECK(cfg.rope.dims.head_dim == 128);
     CHECK(cfg.rope.rope_type() == "llama3");
-    check_inv(cfg.rope, golden_inv("llama3_d128_b5e5_f8_l1_h4_o8192_llama31"));
+    check_inv(cfg.rope, golden_inv_freq("llama3_d128_b5e5_f8_l1_h4_o8192_llama31"));
 }
 
 TEST_CASE("Qwen2.5 YaRN with max_position_embeddings == original keeps factor 4", "[hf]") {
-    const auto cfg = load("qwen2.5-7b-yarn.json");
+    const auto cfg = load_bundled_config("qwen2.5-7b-yarn.json");
     const auto& y = std::get<posenc::yarn>(cfg.rope.schedule);
     CHECK(y.factor == 4.0);
     CHECK(y.original_max_position == 32768);
@@ -94,27 +90,27 @@ TEST_CASE("Qwen2.5 YaRN with max_position_embeddings == original keeps factor 4"
 }
 
 TEST_CASE("DeepSeek-V3 / V2: rope head dim, interleaved pairs, mscale pairs and softmax multiplier", "[hf]") {
-    const auto v3 = load("deepseek-v3.json");
+    const auto v3 = load_bundled_config("deepseek-v3.json");
     CHECK(v3.rope.dims.head_dim == 64);
     CHECK(v3.rope.layout == posenc::rope_layout::interleaved);
-    check_inv(v3.rope, golden_inv("yarn_d64_b1e4_f40_o4096_mscale1_1_deepseekv3"));
+    check_inv(v3.rope, golden_inv_freq("yarn_d64_b1e4_f40_o4096_mscale1_1_deepseekv3"));
     CHECK(v3.rope.make_rotary().frequencies().attention_factor == 1.0);
     CHECK(std::abs(v3.rope.softmax_scale_multiplier() - std::pow(0.1 * std::log(40.0) + 1, 2)) <= 1e-14);
 
-    const auto v2 = load("deepseek-v2-lite.json");
+    const auto v2 = load_bundled_config("deepseek-v2-lite.json");
     CHECK(v2.rope.layout == posenc::rope_layout::interleaved);
     CHECK(std::abs(v2.rope.make_rotary().frequencies().attention_factor - 1.0) <= 1e-15);  // 0.707 / 0.707
     CHECK(std::abs(v2.rope.softmax_scale_multiplier() - std::pow(0.0707 * std::log(40.0) + 1, 2)) <= 1e-14);
 }
 
 TEST_CASE("gpt-oss: yarn without truncation", "[hf]") {
-    const auto cfg = load("gpt-oss-20b.json");
+    const auto cfg = load_bundled_config("gpt-oss-20b.json");
     CHECK_FALSE(std::get<posenc::yarn>(cfg.rope.schedule).truncate);
-    check_inv(cfg.rope, golden_inv("yarn_d64_b15e4_f32_o4096_notrunc_gptoss"));
+    check_inv(cfg.rope, golden_inv_freq("yarn_d64_b15e4_f32_o4096_notrunc_gptoss"));
 }
 
 TEST_CASE("GPT-NeoX rotary_pct and GPT-J rotary_dim: partial rotary", "[hf]") {
-    const auto neox = load("gpt-neox-20b.json");
+    const auto neox = load_bundled_config("gpt-neox-20b.json");
     CHECK(neox.rope.dims.head_dim == 96);
     CHECK(neox.rope.dims.rotary() == 24);
     CHECK(neox.rope.layout == posenc::rope_layout::half_split);
@@ -122,22 +118,22 @@ TEST_CASE("GPT-NeoX rotary_pct and GPT-J rotary_dim: partial rotary", "[hf]") {
     for (int i = 0; i < 12; ++i) expected.push_back(std::pow(10000.0, -2.0 * i / 24.0));
     check_inv(neox.rope, expected);
 
-    const auto gptj = load("gpt-j-6b.json");
+    const auto gptj = load_bundled_config("gpt-j-6b.json");
     CHECK(gptj.rope.dims.head_dim == 256);
     CHECK(gptj.rope.dims.rotary() == 64);
     CHECK(gptj.rope.layout == posenc::rope_layout::interleaved);
     CHECK(gptj.max_position_embeddings == 2048);
-    check_inv(gptj.rope, golden_inv("default_d64_b1e4"));
+    check_inv(gptj.rope, golden_inv_freq("default_d64_b1e4"));
 }
 
 TEST_CASE("Mistral Nemo: explicit head_dim wins over hidden_size / heads", "[hf]") {
-    const auto cfg = load("mistral-nemo.json");
+    const auto cfg = load_bundled_config("mistral-nemo.json");
     CHECK(cfg.rope.dims.head_dim == 128);
     CHECK(std::get<posenc::default_rope>(cfg.rope.schedule).base == 1e6);
 }
 
 TEST_CASE("Phi-3 LongRoPE: top-level original length, factor = max / original, short/long switch", "[hf]") {
-    const auto cfg = load("phi-3-mini-128k.json");
+    const auto cfg = load_bundled_config("phi-3-mini-128k.json");
     const auto& l = std::get<posenc::longrope>(cfg.rope.schedule);
     CHECK(l.original_max_position == 4096);
     CHECK(l.factor == 32.0);
@@ -154,13 +150,13 @@ TEST_CASE("Phi-3 LongRoPE: top-level original length, factor = max / original, s
     CHECK(std::abs(cfg.rope.make_rotary().frequencies().attention_factor -
                    std::sqrt(1 + std::log(32.0) / std::log(4096.0))) <= 1e-15);
 
-    const auto partial = load("phi-4-mini-partial.json");
+    const auto partial = load_bundled_config("phi-4-mini-partial.json");
     CHECK(partial.rope.dims.head_dim == 128);
     CHECK(partial.rope.dims.rotary() == 96);
 }
 
 TEST_CASE("Gemma-3: text_config, global layers scaled, sliding layers on the local base", "[hf]") {
-    const auto cfg = load("gemma-3-4b.json");
+    const auto cfg = load_bundled_config("gemma-3-4b.json");
     CHECK(cfg.model_type == "gemma3_text");
     CHECK(cfg.rope.dims.head_dim == 256);
     const auto& full = cfg.rope_for("full_attention");
@@ -175,7 +171,7 @@ TEST_CASE("Gemma-3: text_config, global layers scaled, sliding layers on the loc
     CHECK(cfg.layer_types[11] == "full_attention");
     CHECK_THROWS_AS(cfg.rope_for("chunked_attention"), posenc::config_error);
 
-    const auto v5 = load("gemma-3-1b-v5.json");
+    const auto v5 = load_bundled_config("gemma-3-1b-v5.json");
     CHECK(std::get<posenc::default_rope>(v5.rope_for("full_attention").schedule).base == 1e6);
     CHECK(std::get<posenc::default_rope>(v5.rope_for("sliding_attention").schedule).base == 1e4);
     CHECK(std::get<posenc::default_rope>(v5.rope.schedule).base == 1e6);
@@ -253,8 +249,8 @@ TEST_CASE("ALiBi and T5 models: read as their encoding, rejected as RoPE", "[hf]
     CHECK(t5.encoder.max_distance == 128);
     // RoPE configs come back as model_config.
     CHECK(std::holds_alternative<posenc::hf::model_config>(posenc::hf::load_position_encoding(data_path("configs/llama-3.1-8b.json"))));
-    expect_config_error([] { (void)load("bloom-560m.json"); }, "model_type");
-    expect_config_error([] { (void)load("t5-small.json"); }, "model_type");
+    expect_config_error([] { (void)load_bundled_config("bloom-560m.json"); }, "model_type");
+    expect_config_error([] { (void)load_bundled_config("t5-small.json"); }, "model_type");
     json mpt_learned{{"model_type", "mpt"}, {"n_heads", 32}, {"attn_config", {{"alibi", false}}}};
     expect_config_error([&] { (void)posenc::hf::parse_position_encoding(mpt_learned); }, "attn_config.alibi");
     json t5_odd{{"model_type", "t5"}, {"relative_attention_num_buckets", 31}};
@@ -307,7 +303,7 @@ TEST_CASE("head sizes must be positive integers, named in the error", "[hf][erro
     expect_config_error(
         [] { (void)posenc::hf::parse_config(json{{"model_type", "deepseek_v3"}, {"qk_rope_head_dim", 0}}); }, "qk_rope_head_dim");
     expect_config_error([] { (void)posenc::hf::parse_config(json{{"model_type", "gptj"}, {"rotary_dim", -64}}); }, "rotary_dim");
-    const auto cfg = load("llama-3.1-8b.json");
+    const auto cfg = load_bundled_config("llama-3.1-8b.json");
     CHECK(&cfg.rope_for("full_attention") == &cfg.rope);
     expect_config_error([&] { (void)cfg.rope_for("bogus"); }, "layer_type", "bogus");
 }

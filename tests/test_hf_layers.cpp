@@ -9,12 +9,11 @@
 
 #include "support/catch.hpp"
 #include "support/errors.hpp"
+#include "support/golden.hpp"
 
 using namespace posenc_test;
 
 namespace {
-std::string data_path(const std::string& name) { return std::string(POSENC_TEST_DATA_DIR) + "/" + name; }
-
 double base_of(const posenc::hf::layer_encoding& l) {
     REQUIRE(l.rope.has_value());
     if (const auto* d = std::get_if<posenc::default_rope>(&l.rope->schedule)) return d->base;

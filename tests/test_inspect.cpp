@@ -6,36 +6,17 @@
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
+#include "support/inspect.hpp"
 #include "support/reference.hpp"
 
 using nlohmann::json;
 
-namespace {
-
-struct result {
-    int status = -1;
-    std::string out;
-};
-
-// Runs posenc-inspect with `args`; stderr goes to `err_file` when given.
-result inspect(const std::string& args, const std::string& err_file = "/dev/null") {
-    const std::string cmd = std::string(POSENC_INSPECT_PATH) + " " + args + " 2>" + err_file;
-    result r;
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    char buf[4096];
-    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-    r.status = pclose(p);
-    return r;
-}
-
-std::string config(const std::string& name) { return posenc_test::data_path("configs/" + name); }
-
-}  // namespace
+using posenc_test::config_path;
+using posenc_test::run_inspect;
 
 TEST_CASE("posenc-inspect --json: Llama 3.1 equals HF's llama3 table, cos/sin at the given positions", "[inspect]") {
-    const auto r = inspect(config("llama-3.1-8b.json") + " --json --positions 0,1,8191,131071");
-    REQUIRE(r.status == 0);
+    const auto r = run_inspect(config_path("llama-3.1-8b.json") + " --json --positions 0,1,8191,131071");
+    REQUIRE(r.exit_code == 0);
     const auto j = json::parse(r.out);  // exactly one JSON object
     CHECK(j.at("rope_type") == "llama3");
     CHECK(j.at("head_dim") == 128);
@@ -43,9 +24,7 @@ TEST_CASE("posenc-inspect --json: Llama 3.1 equals HF's llama3 table, cos/sin at
     CHECK(j.at("layout") == "half_split");
     CHECK(j.at("attention_factor") == 1.0);
     const auto inv = j.at("inv_freq").get<std::vector<double>>();
-    const auto expected = posenc_test::golden_entry("rope_inv_freq", "llama3_d128_b5e5_f8_l1_h4_o8192_llama31")
-                              .at("inv_freq_f64")
-                              .get<std::vector<double>>();
+    const auto expected = posenc_test::golden_inv_freq("llama3_d128_b5e5_f8_l1_h4_o8192_llama31");
     CHECK(posenc_test::max_rel_diff(inv, expected) <= 1e-12);
     CHECK(j.at("positions") == json::array({0, 1, 8191, 131071}));
     for (std::size_t k = 0; k < 4; ++k) {
@@ -58,37 +37,37 @@ TEST_CASE("posenc-inspect --json: Llama 3.1 equals HF's llama3 table, cos/sin at
 }
 
 TEST_CASE("posenc-inspect --json names where max_position_embeddings came from and what HF ignores", "[inspect]") {
-    const auto llama = inspect(config("llama-3.1-8b.json") + " --json");
-    REQUIRE(llama.status == 0);
+    const auto llama = run_inspect(config_path("llama-3.1-8b.json") + " --json");
+    REQUIRE(llama.exit_code == 0);
     const auto l = json::parse(llama.out);
     CHECK(l.at("max_position_embeddings") == 131072);
     CHECK(l.at("max_position_embeddings_source") == "max_position_embeddings");
     CHECK(l.at("notes").empty());
     // GPT-J-6B's file has n_positions 2048 and no rope_theta: nothing ignored, the alias named.
-    const auto gptj = json::parse(inspect(config("gpt-j-6b.json") + " --json").out);
+    const auto gptj = json::parse(run_inspect(config_path("gpt-j-6b.json") + " --json").out);
     CHECK(gptj.at("max_position_embeddings_source") == "n_positions");
     CHECK(gptj.at("notes").empty());
 }
 
 TEST_CASE("posenc-inspect: --seq-len drives dynamic NTK and LongRoPE, --layout overrides", "[inspect]") {
-    const auto short_ctx = json::parse(inspect(config("phi-3-mini-128k.json") + " --json --seq-len 4096").out);
-    const auto long_ctx = json::parse(inspect(config("phi-3-mini-128k.json") + " --json --seq-len 4097").out);
+    const auto short_ctx = json::parse(run_inspect(config_path("phi-3-mini-128k.json") + " --json --seq-len 4096").out);
+    const auto long_ctx = json::parse(run_inspect(config_path("phi-3-mini-128k.json") + " --json --seq-len 4097").out);
     CHECK(short_ctx.at("rope_type") == "longrope");
     CHECK(short_ctx.at("inv_freq")[5] != long_ctx.at("inv_freq")[5]);
     CHECK(std::abs(short_ctx.at("attention_factor").get<double>() - std::sqrt(1 + std::log(32.0) / std::log(4096.0))) <= 1e-15);
 
-    const auto j = json::parse(inspect(config("deepseek-v3.json") + " --json --layout half_split").out);
+    const auto j = json::parse(run_inspect(config_path("deepseek-v3.json") + " --json --layout half_split").out);
     CHECK(j.at("layout") == "half_split");
     CHECK(j.at("rotary_dim") == 64);
 
-    const auto g = json::parse(inspect(config("gemma-3-4b.json") + " --json --layer-type sliding_attention").out);
+    const auto g = json::parse(run_inspect(config_path("gemma-3-4b.json") + " --json --layer-type sliding_attention").out);
     CHECK(g.at("rope_type") == "default");
     CHECK(std::abs(g.at("inv_freq")[1].get<double>() - std::pow(10000.0, -2.0 / 256.0)) <= 1e-16);
 }
 
 TEST_CASE("posenc-inspect human-readable output names the regime of each pair", "[inspect]") {
-    const auto r = inspect(config("qwen2.5-7b-yarn.json"));
-    REQUIRE(r.status == 0);
+    const auto r = run_inspect(config_path("qwen2.5-7b-yarn.json"));
+    REQUIRE(r.exit_code == 0);
     CHECK(r.out.find("extrapolated") != std::string::npos);
     CHECK(r.out.find("interpolated") != std::string::npos);
     CHECK(r.out.find("blended") != std::string::npos);
@@ -101,7 +80,7 @@ TEST_CASE("posenc-inspect --alibi, --t5, --sinusoidal --json equal the reference
         const int n = e.at("n_heads");
         if (n != 12 && n != 7 && n != 128) continue;
         ++alibi;
-        const auto j = json::parse(inspect("--alibi " + std::to_string(n) + " --json").out);
+        const auto j = json::parse(run_inspect("--alibi " + std::to_string(n) + " --json").out);
         CHECK(j.at("encoding") == "alibi");
         CHECK(j.at("n_heads") == n);
         CHECK(posenc_test::max_rel_diff(j.at("slopes").get<std::vector<double>>(),
@@ -114,7 +93,7 @@ TEST_CASE("posenc-inspect --alibi, --t5, --sinusoidal --json equal the reference
                                  (bi ? " --bidirectional" : " --unidirectional") + " --relative-range " +
                                  std::to_string(e.at("relative_position_first").get<int>()) + ":" +
                                  std::to_string(e.at("relative_position_last").get<int>()) + " --json";
-        const auto j = json::parse(inspect(args).out);
+        const auto j = json::parse(run_inspect(args).out);
         CHECK(j.at("encoding") == "t5");
         CHECK(j.at("bidirectional") == bi);
         CHECK(j.at("relative_positions").front() == e.at("relative_position_first"));
@@ -128,7 +107,7 @@ TEST_CASE("posenc-inspect --alibi, --t5, --sinusoidal --json equal the reference
             if (!pos.empty()) pos += ',';
             pos += std::to_string(p.get<int>());
         }
-        const auto j = json::parse(inspect("--sinusoidal " + std::to_string(e.at("d_model").get<int>()) + " --variant " +
+        const auto j = json::parse(run_inspect("--sinusoidal " + std::to_string(e.at("d_model").get<int>()) + " --variant " +
                                            (inter ? "interleaved" : "concat") + " --positions " + pos + " --json")
                                        .out);
         CHECK(j.at("encoding") == "sinusoidal");
@@ -154,43 +133,35 @@ TEST_CASE("posenc-inspect on BLOOM, MPT, Falcon-ALiBi and T5 configs", "[inspect
             if (e.at("n_heads") == n) return e.at("slopes_f64").get<std::vector<double>>();
         throw std::runtime_error("no golden slopes");
     };
-    const auto bloom = json::parse(inspect(config("bloom-560m.json") + " --json").out);
+    const auto bloom = json::parse(run_inspect(config_path("bloom-560m.json") + " --json").out);
     CHECK(bloom.at("n_heads") == 16);
     CHECK(posenc_test::max_rel_diff(bloom.at("slopes").get<std::vector<double>>(), slopes_of(16)) <= 1e-15);
-    const auto mpt = json::parse(inspect(config("mpt-7b.json") + " --json").out);
+    const auto mpt = json::parse(run_inspect(config_path("mpt-7b.json") + " --json").out);
     CHECK(posenc_test::max_rel_diff(mpt.at("slopes").get<std::vector<double>>(), slopes_of(32)) <= 1e-15);
-    CHECK(inspect(config("falcon-rw-1b.json")).out.find("add_then_scale") != std::string::npos);
+    CHECK(run_inspect(config_path("falcon-rw-1b.json")).out.find("add_then_scale") != std::string::npos);
 
-    const auto t5 = json::parse(inspect(config("t5-small.json") + " --relative-range -300:300 --json").out);
+    const auto t5 = json::parse(run_inspect(config_path("t5-small.json") + " --relative-range -300:300 --json").out);
     CHECK(t5.at("buckets") == posenc_test::golden_entry("t5_relative_buckets", "t5_bi1_nb32_md128").at("buckets_hf"));
-    const auto dec = json::parse(inspect(config("t5-small.json") + " --unidirectional --relative-range -300:300 --json").out);
+    const auto dec = json::parse(run_inspect(config_path("t5-small.json") + " --unidirectional --relative-range -300:300 --json").out);
     CHECK(dec.at("buckets") == posenc_test::golden_entry("t5_relative_buckets", "t5_bi0_nb32_md128").at("buckets_hf"));
-    CHECK(inspect(config("t5-small.json")).out.find("table shape       [32, 8]") != std::string::npos);
+    CHECK(run_inspect(config_path("t5-small.json")).out.find("table shape       [32, 8]") != std::string::npos);
 }
 
 TEST_CASE("posenc-inspect rejects bad input with a non-zero exit and one line on stderr", "[inspect]") {
-    const std::string err = "posenc_inspect_stderr.txt";
-    for (const std::string& args : {std::string("does-not-exist.json"), config("llama-3.1-8b.json") + " --seq-len x",
-                                    config("llama-3.1-8b.json") + " --layout neox", std::string(""),
-                                    config("llama-3.1-8b.json") + " --bogus", std::string("--alibi 0"),
+    for (const std::string& args : {std::string("does-not-exist.json"), config_path("llama-3.1-8b.json") + " --seq-len x",
+                                    config_path("llama-3.1-8b.json") + " --layout neox", std::string(""),
+                                    config_path("llama-3.1-8b.json") + " --bogus", std::string("--alibi 0"),
                                     std::string("--t5 --num-buckets 31 --max-distance 128 --bidirectional"),
                                     std::string("--t5 --num-buckets 32"), std::string("--sinusoidal 0 --variant concat --positions 1"),
                                     std::string("--sinusoidal 8 --variant sine --positions 1"), std::string("--alibi 8 --t5"),
-                                    config("gemma-3-4b.json") + " --layer-type bogus",
+                                    config_path("gemma-3-4b.json") + " --layer-type bogus",
                                     posenc_test::data_path("README.md")}) {
         INFO(args);
-        const auto r = inspect(args, err);
-        CHECK(r.status != 0);
+        const auto r = run_inspect(args);
+        CHECK(r.exit_code != 0);
         CHECK(r.out.empty());
-        std::FILE* f = std::fopen(err.c_str(), "r");
-        REQUIRE(f != nullptr);
-        std::string text;
-        char buf[1024];
-        while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
-        std::fclose(f);
-        CHECK(!text.empty());
-        CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+        CHECK(!r.err.empty());
+        CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     }
-    std::remove(err.c_str());
 }
 #endif

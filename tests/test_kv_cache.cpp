@@ -28,27 +28,12 @@
 
 #include "support/attention_reference.hpp"
 #include "support/catch.hpp"
+#include "support/heads.hpp"
 #include "support/errors.hpp"
 
 using namespace posenc_test;
 
 namespace {
-
-posenc::heads_view<float> hv(std::vector<float>& x, std::size_t T, std::size_t H, std::size_t D) {
-    return {std::span<float>(x), {T, H, D}};
-}
-
-std::vector<double> closed_inv_freq(std::size_t D, double base) {
-    std::vector<double> inv(D / 2);
-    for (std::size_t i = 0; i < D / 2; ++i) inv[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-    return inv;
-}
-
-double max_abs(const std::vector<float>& x) {
-    double m = 0;
-    for (float f : x) m = std::max(m, static_cast<double>(std::abs(f)));
-    return m;
-}
 
 // Rows [t0, t0 + n) of a dense [T][H][D] buffer.
 std::vector<float> rows(const std::vector<float>& x, std::size_t t0, std::size_t n, std::size_t H, std::size_t D) {
@@ -58,15 +43,15 @@ std::vector<float> rows(const std::vector<float>& x, std::size_t t0, std::size_t
 template <class Cache>
 concept has_set_threads = requires(Cache& c) { c.set_threads(2u); };
 
-constexpr double amplitude = 1.25;  // a non-unit cos/sin amplitude: shift must not apply it twice
+constexpr double rope_amplitude = 1.25;  // a non-unit cos/sin amplitude: shift must not apply it twice
 constexpr double base = 10000.0;
 
 }  // namespace
 
 TEST_CASE("kv_cache: append stores K rotated once, head-major, V copied, positions recorded", "[kv_cache]") {
     const std::size_t T = 70, H = 3, D = 16, Dv = 8, cap = 100;
-    const auto inv = closed_inv_freq(D, base);
-    posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::rope_frequencies{inv, amplitude});
+    const auto inv = closed_form_inv_freq(base, D);
+    posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::rope_frequencies{inv, rope_amplitude});
     posenc::kv_cache cache(rope, {.kv_heads = H, .head_dim = D, .value_dim = Dv, .capacity = cap});
     const auto k = random_floats(T * H * D, 5, 0.5f), v = random_floats(T * H * Dv, 6, 1.0f);
     std::vector<std::int64_t> pos(T);
@@ -92,14 +77,14 @@ TEST_CASE("kv_cache: append stores K rotated once, head-major, V copied, positio
             REQUIRE(K.row(t, h) == cache.key_storage().data() + h * cap * D + t * D);
             const std::vector<double> x(k.begin() + static_cast<std::ptrdiff_t>((t * H + h) * D),
                                         k.begin() + static_cast<std::ptrdiff_t>((t * H + h + 1) * D));
-            const auto ref = reference_rotate(x, D, false, inv, pos[t], amplitude);
+            const auto ref = reference_rotate(x, D, false, inv, pos[t], rope_amplitude);
             for (std::size_t d = 0; d < D; ++d) err = std::max(err, std::abs(K.row(t, h)[d] - ref[d]));
             CHECK(std::memcmp(V.row(t, h), v.data() + (t * H + h) * Dv, Dv * sizeof(float)) == 0);
             CHECK(cache.positions()[t] == pos[t]);
             ++compared;
         }
     REQUIRE(compared == T * H);
-    CHECK(err <= 4e-6 * amplitude * max_abs(k));  // float cos/sin and one rounding of each lane
+    CHECK(err <= 4e-6 * rope_amplitude * max_abs(k));  // float cos/sin and one rounding of each lane
     CHECK(kk == k);  // the source is only read
 }
 
@@ -180,11 +165,11 @@ TEST_CASE("kv_cache: append runs K and V on the transform's threads, with the on
 
 TEST_CASE("kv_cache: decode against the cache equals the matching rows of prefill", "[kv_cache][decode]") {
     const std::size_t T = 150, Hq = 8, Hkv = 2, D = 32, Dv = 24, prompt = 131;
-    const auto inv = closed_inv_freq(D, base);
-    posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::rope_frequencies{inv, amplitude});
+    const auto inv = closed_form_inv_freq(base, D);
+    posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::rope_frequencies{inv, rope_amplitude});
     attn_problem p = make_attn_problem(T, T, Hq, Hkv, D, Dv, 21, 5);
     attn_model m;
-    m.rot_q = m.rot_k = rope_rot(D, false, inv, amplitude);
+    m.rot_q = m.rot_k = rope_rot(D, false, inv, rope_amplitude);
     std::size_t compared = 0;
     auto check_mask = [&](const auto& mask, const visible_fn& visible) {
         // prefill: RoPE inside the kernel, K and V untouched
@@ -237,8 +222,8 @@ TEST_CASE("kv_cache: decode against the cache equals the matching rows of prefil
 
 TEST_CASE("kv_cache: decode after a context shift equals a fresh prefill at the shifted positions", "[kv_cache][shift]") {
     const std::size_t T = 120, Hq = 4, Hkv = 2, D = 32, Dv = 16, n_sink = 4, n_recent = 70;
-    const auto inv = closed_inv_freq(D, base);
-    posenc::any_rotary rope(posenc::rope_layout::interleaved, {.head_dim = D}, posenc::rope_frequencies{inv, amplitude});
+    const auto inv = closed_form_inv_freq(base, D);
+    posenc::any_rotary rope(posenc::rope_layout::interleaved, {.head_dim = D}, posenc::rope_frequencies{inv, rope_amplitude});
     const attn_problem full = make_attn_problem(T, T, Hq, Hkv, D, Dv, 33, 0);
     posenc::kv_cache cache(rope, {.kv_heads = Hkv, .head_dim = D, .value_dim = Dv, .capacity = T});
     auto k = full.k, v = full.v;
@@ -268,7 +253,7 @@ TEST_CASE("kv_cache: decode after a context shift equals a fresh prefill at the 
     fresh.q = random_floats(3 * Hq * D, 79, 0.5f);
     fresh.qpos = {static_cast<std::int64_t>(n), static_cast<std::int64_t>(n + 1), static_cast<std::int64_t>(n + 2)};
     attn_model m;
-    m.rot_q = m.rot_k = rope_rot(D, true, inv, amplitude);
+    m.rot_q = m.rot_k = rope_rot(D, true, inv, rope_amplitude);
     const auto ref = reference_attention(fresh, m, [](std::int64_t i, std::int64_t j) { return j <= i; });
 
     // Decode the 3 new tokens one at a time after the shift.

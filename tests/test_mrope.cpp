@@ -20,7 +20,7 @@ using posenc_test::expect_config_error;
 
 namespace {
 
-constexpr std::size_t D = 128, Hq = 4, Hk = 2;
+constexpr std::size_t HD = 128, Hq = 4, Hk = 2;  // head_dim, query and key heads
 
 // Component (0 t, 1 h, 2 w) of every one of the head_dim lanes, HF's way: the lane axis of width
 // head_dim split into chunks mrope_section * 2 = [s0, s1, s2, s0, s1, s2], chunk i reads i % 3.
@@ -59,9 +59,9 @@ std::vector<double> hf_rotate(const std::vector<double>& x, const std::vector<do
 struct qk {
     std::vector<float> q, k;
     explicit qk(std::size_t tokens, std::uint32_t seed)
-        : q(posenc_test::random_floats(tokens * Hq * D, seed)), k(posenc_test::random_floats(tokens * Hk * D, seed + 1)) {}
-    posenc::heads_view<float> qv(std::size_t tokens) { return {std::span<float>(q), {tokens, Hq, D}}; }
-    posenc::heads_view<float> kv(std::size_t tokens) { return {std::span<float>(k), {tokens, Hk, D}}; }
+        : q(posenc_test::random_floats(tokens * Hq * HD, seed)), k(posenc_test::random_floats(tokens * Hk * HD, seed + 1)) {}
+    posenc::heads_view<float> qv(std::size_t tokens) { return {std::span<float>(q), {tokens, Hq, HD}}; }
+    posenc::heads_view<float> kv(std::size_t tokens) { return {std::span<float>(k), {tokens, Hk, HD}}; }
 };
 
 // Mixed positions: text (t = h = w), an image block, a video block with distinct t, far and negative ones.
@@ -106,45 +106,45 @@ TEST_CASE("M-RoPE sectioned and interleaved against HF's definitions in double",
         const std::vector<std::size_t> section = interleaved ? std::vector<std::size_t>{24, 20, 20}
                                                              : std::vector<std::size_t>{16, 24, 24};
         posenc::mrope_rotary<posenc::half_split> rope(
-            {.head_dim = D}, posenc::default_rope{.base = 1000000},
+            {.head_dim = HD}, posenc::default_rope{.base = 1000000},
             posenc::mrope{.section = {section[0], section[1], section[2]}, .interleaved = interleaved});
         qk buf(T, 7);
         const qk in = buf;
         rope.apply(buf.qv(T), buf.kv(T), P.ids());
-        const auto inv = posenc_test::closed_form_inv_freq(1000000.0, D);
-        const std::vector<int> lane_axis = hf_sectioned_lane_axis({16, 24, 24}, D);
+        const auto inv = posenc_test::closed_form_inv_freq(1000000.0, HD);
+        const std::vector<int> lane_axis = hf_sectioned_lane_axis({16, 24, 24}, HD);
         for (std::size_t t = 0; t < T; ++t) {
             const double p[3] = {static_cast<double>(P.t[t]), static_cast<double>(P.h[t]), static_cast<double>(P.w[t])};
-            std::vector<double> ang(D);
+            std::vector<double> ang(HD);
             if (interleaved) {
-                std::vector<std::vector<double>> freqs(3, std::vector<double>(D / 2));
+                std::vector<std::vector<double>> freqs(3, std::vector<double>(HD / 2));
                 for (int c = 0; c < 3; ++c)
-                    for (std::size_t j = 0; j < D / 2; ++j) freqs[static_cast<std::size_t>(c)][j] = p[c] * inv[j];
+                    for (std::size_t j = 0; j < HD / 2; ++j) freqs[static_cast<std::size_t>(c)][j] = p[c] * inv[j];
                 const auto f = hf_interleaved(freqs, section);
-                for (std::size_t i = 0; i < D; ++i) ang[i] = f[i % (D / 2)];  // emb = cat(freqs, freqs)
+                for (std::size_t i = 0; i < HD; ++i) ang[i] = f[i % (HD / 2)];  // emb = cat(freqs, freqs)
             } else {
-                for (std::size_t i = 0; i < D; ++i) ang[i] = p[lane_axis[i]] * inv[i % (D / 2)];
+                for (std::size_t i = 0; i < HD; ++i) ang[i] = p[lane_axis[i]] * inv[i % (HD / 2)];
             }
             for (int which = 0; which < 2; ++which) {
                 const std::size_t heads = which == 0 ? Hq : Hk;
                 const auto& src = which == 0 ? in.q : in.k;
                 const auto& got = which == 0 ? buf.q : buf.k;
                 for (std::size_t h = 0; h < heads; ++h) {
-                    const std::size_t off = (t * heads + h) * D;
+                    const std::size_t off = (t * heads + h) * HD;
                     const std::vector<double> x(src.begin() + static_cast<std::ptrdiff_t>(off),
-                                                src.begin() + static_cast<std::ptrdiff_t>(off + D));
+                                                src.begin() + static_cast<std::ptrdiff_t>(off + HD));
                     const auto y = hf_rotate(x, ang);
-                    for (std::size_t i = 0; i < D / 2; ++i) {
-                        const double len = std::hypot(x[i], x[i + D / 2]);
+                    for (std::size_t i = 0; i < HD / 2; ++i) {
+                        const double len = std::hypot(x[i], x[i + HD / 2]);
                         CHECK(std::abs(got[off + i] - y[i]) <= 2e-6 * len + 1e-30);
-                        CHECK(std::abs(got[off + i + D / 2] - y[i + D / 2]) <= 2e-6 * len + 1e-30);
+                        CHECK(std::abs(got[off + i + HD / 2] - y[i + HD / 2]) <= 2e-6 * len + 1e-30);
                         ++compared;
                     }
                 }
             }
         }
     }
-    REQUIRE(compared == 2 * sample_positions{}.size() * (Hq + Hk) * D / 2);
+    REQUIRE(compared == 2 * sample_positions{}.size() * (Hq + Hk) * HD / 2);
 }
 
 TEST_CASE("M-RoPE: text tokens (t = h = w) are bit-identical to posenc::rotary", "[mrope]") {
@@ -152,8 +152,8 @@ TEST_CASE("M-RoPE: text tokens (t = h = w) are bit-identical to posenc::rotary",
     std::size_t compared = 0;
     for (bool interleaved : {false, true}) {
         posenc::mrope m{.section = {16, 24, 24}, .interleaved = interleaved};
-        posenc::mrope_rotary<posenc::half_split> mr({.head_dim = D}, sched, m);
-        posenc::rotary<posenc::half_split> r({.head_dim = D}, sched);
+        posenc::mrope_rotary<posenc::half_split> mr({.head_dim = HD}, sched, m);
+        posenc::rotary<posenc::half_split> r({.head_dim = HD}, sched);
         const std::size_t T = 300;
         std::vector<std::int64_t> far(T);
         for (std::size_t i = 0; i < T; ++i) far[i] = static_cast<std::int64_t>(i * i * 977) - 5000;  // up to ~8.7e7: far rows too
@@ -180,13 +180,13 @@ TEST_CASE("M-RoPE: text tokens (t = h = w) are bit-identical to posenc::rotary",
             compared += a.q.size() + a.k.size();
         }
     }
-    REQUIRE(compared == 2 * 4 * 300 * (Hq + Hk) * D);
+    REQUIRE(compared == 2 * 4 * 300 * (Hq + Hk) * HD);
 }
 
 TEST_CASE("M-RoPE: tables, out of place, inverse and bf16 agree with the on-the-fly path", "[mrope]") {
     const sample_positions P;
     const std::size_t T = P.size();
-    posenc::mrope_rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{.base = 1000000},
+    posenc::mrope_rotary<posenc::half_split> rope({.head_dim = HD}, posenc::default_rope{.base = 1000000},
                                                   posenc::mrope{.section = {16, 24, 24}});
     // A table only for positions < 2^27 + 2: drop the tokens beyond it.
     qk ref(T, 3);
@@ -204,9 +204,9 @@ TEST_CASE("M-RoPE: tables, out of place, inverse and bf16 agree with the on-the-
 
     // Out of place = in place.
     std::vector<float> qd(in.q.size(), 0.0f), kd(in.k.size(), 0.0f);
-    const posenc::heads_view<const float> qs(std::span<const float>(in.q), {T, Hq, D}), ks(std::span<const float>(in.k), {T, Hk, D});
-    rope.apply_into(qs, posenc::heads_view<float>(std::span<float>(qd), {T, Hq, D}), ks,
-                    posenc::heads_view<float>(std::span<float>(kd), {T, Hk, D}), P.ids());
+    const posenc::heads_view<const float> qs(std::span<const float>(in.q), {T, Hq, HD}), ks(std::span<const float>(in.k), {T, Hk, HD});
+    rope.apply_into(qs, posenc::heads_view<float>(std::span<float>(qd), {T, Hq, HD}), ks,
+                    posenc::heads_view<float>(std::span<float>(kd), {T, Hk, HD}), P.ids());
     CHECK(std::memcmp(qd.data(), ref.q.data(), qd.size() * sizeof(float)) == 0);
     CHECK(std::memcmp(kd.data(), ref.k.data(), kd.size() * sizeof(float)) == 0);
 
@@ -221,8 +221,8 @@ TEST_CASE("M-RoPE: tables, out of place, inverse and bf16 agree with the on-the-
     for (std::size_t i = 0; i < qb.size(); ++i) qb[i] = posenc::bf16(in.q[i]);
     std::vector<float> qf(in.q.size());
     for (std::size_t i = 0; i < qb.size(); ++i) qf[i] = static_cast<float>(qb[i]);
-    rope.apply(posenc::heads_view<posenc::bf16>(std::span<posenc::bf16>(qb), {T, Hq, D}), P.ids());
-    rope.apply(posenc::heads_view<float>(std::span<float>(qf), {T, Hq, D}), P.ids());
+    rope.apply(posenc::heads_view<posenc::bf16>(std::span<posenc::bf16>(qb), {T, Hq, HD}), P.ids());
+    rope.apply(posenc::heads_view<float>(std::span<float>(qf), {T, Hq, HD}), P.ids());
     std::size_t same = 0;
     for (std::size_t i = 0; i < qb.size(); ++i) same += static_cast<float>(qb[i]) == static_cast<float>(posenc::bf16(qf[i]));
     CHECK(same == qb.size());
@@ -237,7 +237,7 @@ TEST_CASE("M-RoPE: bad sections, positions and tables are errors before anything
         "mrope_section", "[16, 24, 24]");
     expect_config_error([] { (void)posenc::mrope{.section = {24, 65, 20}, .interleaved = true}.pair_axes(64); }, "mrope_section");
 
-    posenc::mrope_rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{}, posenc::mrope{.section = {16, 24, 24}});
+    posenc::mrope_rotary<posenc::half_split> rope({.head_dim = HD}, posenc::default_rope{}, posenc::mrope{.section = {16, 24, 24}});
     const std::size_t T = 4;
     qk buf(T, 5);
     const qk before = buf;
@@ -258,7 +258,7 @@ TEST_CASE("M-RoPE: bad sections, positions and tables are errors before anything
     CHECK_THROWS_AS(rope.apply(table, buf.qv(T), buf.kv(T), {posenc::position_ids(t), posenc::position_ids(h), posenc::position_ids(big)}),
                     posenc::range_error);
     unchanged();
-    const auto other = posenc::rotary<posenc::half_split>({.head_dim = D}, posenc::default_rope{.base = 500}).table(32);
+    const auto other = posenc::rotary<posenc::half_split>({.head_dim = HD}, posenc::default_rope{.base = 500}).table(32);
     expect_config_error([&] { rope.apply(other, buf.qv(T), buf.kv(T), posenc::position_ids(t)); }, "table");
     unchanged();
     // Out of place onto the source: rejected.

@@ -12,14 +12,14 @@
 #include "support/catch.hpp"
 #include "support/errors.hpp"
 #include "support/golden.hpp"
+#include "support/inspect.hpp"
 #include "support/reference.hpp"
 
 using nlohmann::json;
+using posenc_test::config_path;
 using posenc_test::expect_config_error;
 
 namespace {
-
-std::string config(const std::string& name) { return posenc_test::data_path("configs/" + name); }
 
 // Component of pair j (0 t, 1 h, 2 w), written from HF's two rules for 64 pairs.
 int qwen2_vl_axis(std::size_t j) { return j < 16 ? 0 : j < 40 ? 1 : 2; }                                      // [16, 24, 24]
@@ -28,7 +28,7 @@ int qwen3_vl_axis(std::size_t j) { return j < 60 && j % 3 == 1 ? 1 : j < 60 && j
 }  // namespace
 
 TEST_CASE("Qwen2-VL config: make_mrope, get_rope_index options, text = plain RoPE", "[mrope][hf]") {
-    const auto cfg = posenc::hf::load_config(config("qwen2-vl-7b.json"));
+    const auto cfg = posenc::hf::load_config(config_path("qwen2-vl-7b.json"));
     REQUIRE(cfg.rope.is_mrope());
     const auto rope = cfg.rope.make_mrope();
     CHECK(rope.params().section == std::array<std::size_t, 3>{16, 24, 24});
@@ -71,7 +71,7 @@ TEST_CASE("Qwen2-VL config: make_mrope, get_rope_index options, text = plain RoP
 }
 
 TEST_CASE("Qwen3-VL config: interleaved M-RoPE, qwen3_vl positions, other configs have no M-RoPE", "[mrope][hf]") {
-    const auto cfg = posenc::hf::load_config(config("qwen3-vl-8b.json"));
+    const auto cfg = posenc::hf::load_config(config_path("qwen3-vl-8b.json"));
     const auto rope = cfg.rope.make_mrope();
     CHECK(rope.params().interleaved);
     CHECK(rope.params().section == std::array<std::size_t, 3>{24, 20, 20});
@@ -83,7 +83,7 @@ TEST_CASE("Qwen3-VL config: interleaved M-RoPE, qwen3_vl positions, other config
     }
     REQUIRE(checked == 64);
 
-    const auto llama = posenc::hf::load_config(config("llama-3.1-8b.json"));
+    const auto llama = posenc::hf::load_config(config_path("llama-3.1-8b.json"));
     CHECK_FALSE(llama.rope.is_mrope());
     expect_config_error([&] { (void)llama.rope.make_mrope(); }, "mrope_section");
     expect_config_error([&] { (void)posenc::hf::mrope_options(llama); }, "model_type", "llama");
@@ -91,34 +91,12 @@ TEST_CASE("Qwen3-VL config: interleaved M-RoPE, qwen3_vl positions, other config
 }
 
 #ifdef POSENC_INSPECT_PATH
-namespace {
-struct result {
-    int status = -1;
-    std::string out, err;
-};
-result run_inspect(const std::string& args) {
-    const std::string err_file = "mrope_inspect_err.txt";
-    const std::string cmd = std::string(POSENC_INSPECT_PATH) + " " + args + " 2>" + err_file;
-    result r;
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    char buf[4096];
-    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-    r.status = pclose(p);
-    if (FILE* e = std::fopen(err_file.c_str(), "r")) {
-        while (std::size_t n = std::fread(buf, 1, sizeof buf, e)) r.err.append(buf, n);
-        std::fclose(e);
-    }
-    std::remove(err_file.c_str());
-    return r;
-}
-}  // namespace
 
 TEST_CASE("posenc-inspect --positions t:h:w on M-RoPE configs", "[mrope][inspect]") {
     std::size_t compared = 0;
     for (const bool qwen3 : {false, true}) {
-        const auto r = run_inspect(config(qwen3 ? "qwen3-vl-8b.json" : "qwen2-vl-7b.json") + " --json --positions 5,7:3:4");
-        REQUIRE(r.status == 0);
+        const auto r = posenc_test::run_inspect(config_path(qwen3 ? "qwen3-vl-8b.json" : "qwen2-vl-7b.json") + " --json --positions 5,7:3:4");
+        REQUIRE(r.exit_code == 0);
         const auto j = json::parse(r.out);
         CHECK(j.at("positions") == json::parse("[5, [7, 3, 4]]"));
         // The split is in the JSON (the files' mrope_section and mrope_interleaved).
@@ -138,11 +116,11 @@ TEST_CASE("posenc-inspect --positions t:h:w on M-RoPE configs", "[mrope][inspect
     REQUIRE(compared == 128);
     // Components on a config without M-RoPE, a malformed triple, components without a config: one
     // stderr line, nothing on stdout.
-    for (const std::string& args : {config("llama-3.1-8b.json") + " --positions 1:2:3", config("qwen2-vl-7b.json") + " --positions 1:2",
-                                    config("qwen2-vl-7b.json") + " --positions 1:2:3:4",
+    for (const std::string& args : {config_path("llama-3.1-8b.json") + " --positions 1:2:3", config_path("qwen2-vl-7b.json") + " --positions 1:2",
+                                    config_path("qwen2-vl-7b.json") + " --positions 1:2:3:4",
                                     std::string("--sinusoidal 8 --variant concat --positions 1:2:3")}) {
-        const auto r = run_inspect(args);
-        CHECK(r.status != 0);
+        const auto r = posenc_test::run_inspect(args);
+        CHECK(r.exit_code != 0);
         CHECK(r.out.empty());
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
         CHECK(r.err.find("--positions") != std::string::npos);

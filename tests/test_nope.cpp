@@ -16,57 +16,57 @@ using posenc_test::expect_config_error;
 namespace {
 
 
-constexpr std::size_t d_model = 16, heads = 2, head_dim = 8;
+constexpr std::size_t toy_d_model = 16, toy_heads = 2, toy_head_dim = 8;
 
 // A toy one-layer attention over a sentence: word embeddings (fixed per word), optional absolute
 // embeddings, Q/K/V projections, an optional query/key transform, softmax(λ·qᵀk)·V per head.
 struct toy_attention {
-    std::vector<float> wq = posenc_test::random_floats(d_model * d_model, 101u, 0.3f);
-    std::vector<float> wk = posenc_test::random_floats(d_model * d_model, 102u, 0.3f);
-    std::vector<float> wv = posenc_test::random_floats(d_model * d_model, 103u, 0.3f);
+    std::vector<float> wq = posenc_test::random_floats(toy_d_model * toy_d_model, 101u, 0.3f);
+    std::vector<float> wk = posenc_test::random_floats(toy_d_model * toy_d_model, 102u, 0.3f);
+    std::vector<float> wv = posenc_test::random_floats(toy_d_model * toy_d_model, 103u, 0.3f);
 
     static std::vector<float> embed(const std::vector<std::string>& words) {
         static const std::map<std::string, std::uint32_t> vocab{{"the", 1}, {"dog", 2}, {"bit", 3}, {"man", 4}};
         std::vector<float> x;
         for (const auto& w : words) {
-            const auto e = posenc_test::random_floats(d_model, vocab.at(w));
+            const auto e = posenc_test::random_floats(toy_d_model, vocab.at(w));
             x.insert(x.end(), e.begin(), e.end());
         }
         return x;
     }
 
     static std::vector<float> project(const std::vector<float>& x, const std::vector<float>& w) {
-        const std::size_t tokens = x.size() / d_model;
-        std::vector<float> y(tokens * d_model);
+        const std::size_t tokens = x.size() / toy_d_model;
+        std::vector<float> y(tokens * toy_d_model);
         for (std::size_t t = 0; t < tokens; ++t)
-            for (std::size_t o = 0; o < d_model; ++o) {
+            for (std::size_t o = 0; o < toy_d_model; ++o) {
                 double s = 0;
-                for (std::size_t i = 0; i < d_model; ++i) s += static_cast<double>(x[t * d_model + i]) * w[i * d_model + o];
-                y[t * d_model + o] = static_cast<float>(s);
+                for (std::size_t i = 0; i < toy_d_model; ++i) s += static_cast<double>(x[t * toy_d_model + i]) * w[i * toy_d_model + o];
+                y[t * toy_d_model + o] = static_cast<float>(s);
             }
         return y;
     }
 
-    // Outputs [tokens, d_model] in double. `transform(q_view, k_view, positions)` runs on Q and K.
+    // Outputs [tokens, toy_d_model] in double. `transform(q_view, k_view, positions)` runs on Q and K.
     template <class Transform>
     std::vector<double> run(const std::vector<float>& x, Transform&& transform, bool causal = false) const {
-        const std::size_t tokens = x.size() / d_model;
+        const std::size_t tokens = x.size() / toy_d_model;
         auto q = project(x, wq), k = project(x, wk);
         const auto v = project(x, wv);
         const auto pos = posenc::position_ids::consecutive(0, tokens);
-        transform(posenc::heads_view<float>(std::span<float>(q), {tokens, heads, head_dim}),
-                  posenc::heads_view<float>(std::span<float>(k), {tokens, heads, head_dim}), pos);
-        const double lambda = posenc::logit_temperature::inverse_sqrt(head_dim).scale();
-        std::vector<double> out(tokens * d_model, 0.0);
-        for (std::size_t h = 0; h < heads; ++h)
+        transform(posenc::heads_view<float>(std::span<float>(q), {tokens, toy_heads, toy_head_dim}),
+                  posenc::heads_view<float>(std::span<float>(k), {tokens, toy_heads, toy_head_dim}), pos);
+        const double lambda = posenc::logit_temperature::inverse_sqrt(toy_head_dim).scale();
+        std::vector<double> out(tokens * toy_d_model, 0.0);
+        for (std::size_t h = 0; h < toy_heads; ++h)
             for (std::size_t i = 0; i < tokens; ++i) {
                 std::vector<double> p(tokens, 0.0);
                 double mx = -1e300, sum = 0;
                 for (std::size_t j = 0; j < tokens; ++j) {
                     if (causal && j > i) continue;
                     double s = 0;
-                    for (std::size_t c = 0; c < head_dim; ++c)
-                        s += static_cast<double>(q[(i * heads + h) * head_dim + c]) * k[(j * heads + h) * head_dim + c];
+                    for (std::size_t c = 0; c < toy_head_dim; ++c)
+                        s += static_cast<double>(q[(i * toy_heads + h) * toy_head_dim + c]) * k[(j * toy_heads + h) * toy_head_dim + c];
                     p[j] = lambda * s;
                     mx = std::max(mx, p[j]);
                 }
@@ -75,18 +75,18 @@ struct toy_attention {
                     sum += p[j];
                 }
                 for (std::size_t j = 0; j < tokens; ++j)
-                    for (std::size_t c = 0; c < head_dim; ++c)
-                        out[i * d_model + h * head_dim + c] += p[j] / sum * v[(j * heads + h) * head_dim + c];
+                    for (std::size_t c = 0; c < toy_head_dim; ++c)
+                        out[i * toy_d_model + h * toy_head_dim + c] += p[j] / sum * v[(j * toy_heads + h) * toy_head_dim + c];
             }
         return out;
     }
 };
 
 std::vector<double> mean_pool(const std::vector<double>& out) {
-    const std::size_t tokens = out.size() / d_model;
-    std::vector<double> m(d_model, 0.0);
+    const std::size_t tokens = out.size() / toy_d_model;
+    std::vector<double> m(toy_d_model, 0.0);
     for (std::size_t t = 0; t < tokens; ++t)
-        for (std::size_t c = 0; c < d_model; ++c) m[c] += out[t * d_model + c] / static_cast<double>(tokens);
+        for (std::size_t c = 0; c < toy_d_model; ++c) m[c] += out[t * toy_d_model + c] / static_cast<double>(tokens);
     return m;
 }
 
@@ -121,21 +121,21 @@ TEST_CASE("NoPE cannot tell 'the dog bit the man' from 'the man bit the dog'", "
     auto nope = [](auto q, auto k, const auto& pos) { posenc::nope{}.apply(q, k, pos); };
     const auto out_a = attn.run(xa, nope), out_b = attn.run(xb, nope);
     for (std::size_t t = 0; t < a.size(); ++t)
-        for (std::size_t c = 0; c < d_model; ++c) CHECK(std::abs(out_a[t * d_model + c] - out_b[perm[t] * d_model + c]) <= 1e-12);
+        for (std::size_t c = 0; c < toy_d_model; ++c) CHECK(std::abs(out_a[t * toy_d_model + c] - out_b[perm[t] * toy_d_model + c]) <= 1e-12);
     CHECK(posenc_test::max_abs_diff(mean_pool(out_a), mean_pool(out_b)) <= 1e-12);
 
     // Any positional signal breaks the tie: sinusoidal embeddings added to the input, RoPE or xPos on
     // Q/K, or (for NoPE decoders) the causal mask itself.
     auto with_sinusoidal = [](std::vector<float> x) {
-        posenc::sinusoidal{.d_model = d_model}.add_to(x, posenc::position_ids::consecutive(0, x.size() / d_model));
+        posenc::sinusoidal{.d_model = toy_d_model}.add_to(x, posenc::position_ids::consecutive(0, x.size() / toy_d_model));
         return x;
     };
     CHECK(posenc_test::max_abs_diff(mean_pool(attn.run(with_sinusoidal(xa), nope)),
                                     mean_pool(attn.run(with_sinusoidal(xb), nope))) > 1e-3);
-    const posenc::rotary<posenc::half_split> rope({.head_dim = head_dim}, posenc::default_rope{});
+    const posenc::rotary<posenc::half_split> rope({.head_dim = toy_head_dim}, posenc::default_rope{});
     auto rotary = [&](auto q, auto k, const auto& pos) { rope.apply(q, k, pos); };
     CHECK(posenc_test::max_abs_diff(mean_pool(attn.run(xa, rotary)), mean_pool(attn.run(xb, rotary))) > 1e-3);
-    const posenc::xpos_rotary<posenc::half_split> xpos({.head_dim = head_dim}, posenc::xpos{});
+    const posenc::xpos_rotary<posenc::half_split> xpos({.head_dim = toy_head_dim}, posenc::xpos{});
     auto with_xpos = [&](auto q, auto k, const auto& pos) { xpos.apply(q, k, pos); };
     CHECK(posenc_test::max_abs_diff(mean_pool(attn.run(xa, with_xpos)), mean_pool(attn.run(xb, with_xpos))) > 1e-3);
     CHECK(posenc_test::max_abs_diff(mean_pool(attn.run(xa, nope, true)), mean_pool(attn.run(xb, nope, true))) > 1e-3);

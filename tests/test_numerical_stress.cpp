@@ -13,18 +13,13 @@
 #include "support/catch.hpp"
 #include "support/reference.hpp"
 
+using posenc_test::closed_form_inv_freq;
 using posenc_test::random_floats;
+using posenc_test::same_bits;
 
 namespace {
 
 constexpr std::int64_t int32_max = std::numeric_limits<std::int32_t>::max();
-
-/// θᵢ = base^(−2i/d) in double, written from the formula.
-std::vector<double> closed_default(double base, std::size_t d) {
-    std::vector<double> inv(d / 2);
-    for (std::size_t i = 0; i < inv.size(); ++i) inv[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-    return inv;
-}
 
 /// Largest error of `got` (float, one head) against the double rotation of `x` by p·inv, in units of
 /// each pair's length (a rotation's natural scale).
@@ -55,7 +50,7 @@ void check_far_positions() {
     const std::size_t d = 128, H = 2;
     const posenc::rotary<Layout> rope({.head_dim = d}, posenc::default_rope{.base = 500000});
     const auto& inv = rope.frequencies().inv_freq;  // checked against the closed form here:
-    const auto closed = closed_default(500000, d);
+    const auto closed = closed_form_inv_freq(500000, d);
     for (std::size_t i = 0; i < d / 2; ++i) REQUIRE(std::abs(inv[i] - closed[i]) <= 4 * DBL_EPSILON * closed[i]);
     const std::vector<std::int64_t> pos64{0, 1, (1 << 24) + 1, int32_max - 1, int32_max, int32_max + 1,
                                           (std::int64_t{1} << 32) + 5, -int32_max - 1};
@@ -124,7 +119,7 @@ std::vector<double> closed_yarn(double base, double factor, double L0, std::size
 
 // HF's _compute_llama3_parameters.
 std::vector<double> closed_llama3(double base, double factor, double low_ff, double high_ff, double L0, std::size_t d) {
-    auto inv = closed_default(base, d);
+    auto inv = closed_form_inv_freq(base, d);
     for (double& f : inv) {
         const double wavelen = 2 * std::numbers::pi / f;
         if (wavelen > L0 / low_ff) {
@@ -151,22 +146,22 @@ std::vector<schedule_case> factor_cases(std::size_t d) {
     // The smallest factor each schedule accepts is any positive double; 1e-3 stands for "far below 1"
     // (a smaller one only scales the angles further), 1000 for the top of the range.
     for (double s : {1e-3, 0.5, 1.0, 1000.0}) {
-        auto lin = closed_default(base, d);
+        auto lin = closed_form_inv_freq(base, d);
         for (double& f : lin) f /= s;
         c.push_back({"linear", posenc::linear{.base = base, .factor = s}, 0, lin, 1.0});
         const double dd = static_cast<double>(d);
         c.push_back({"ntk_aware", posenc::ntk_aware{.base = base, .factor = s}, 0,
-                     closed_default(base * std::pow(s, dd / (dd - 2)), d), 1.0});
+                     closed_form_inv_freq(base * std::pow(s, dd / (dd - 2)), d), 1.0});
         const std::int64_t L = 1000 * 4096;  // HF: base·((s·L/L₀) − (s − 1))^(d/(d−2)) for L > L₀
         c.push_back({"dynamic", posenc::dynamic_ntk{.base = base, .factor = s, .original_max_position = 4096}, L,
-                     closed_default(base * std::pow(s * static_cast<double>(L) / L0 - (s - 1), dd / (dd - 2)), d), 1.0});
+                     closed_form_inv_freq(base * std::pow(s * static_cast<double>(L) / L0 - (s - 1), dd / (dd - 2)), d), 1.0});
         c.push_back({"yarn", posenc::yarn{.base = base, .factor = s, .original_max_position = 4096}, 0,
                      closed_yarn(base, s, L0, d, 32, 1), s <= 1 ? 1.0 : 0.1 * std::log(s) + 1});
         c.push_back({"llama3", posenc::llama3{.base = base, .factor = s, .original_max_position = 4096}, 0,
                      closed_llama3(base, s, 1, 4, L0, d), 1.0});
         std::vector<double> ext(d / 2);
         for (std::size_t i = 0; i < ext.size(); ++i) ext[i] = s * (1 + static_cast<double>(i) / static_cast<double>(d));
-        auto lr = closed_default(base, d);
+        auto lr = closed_form_inv_freq(base, d);
         for (std::size_t i = 0; i < lr.size(); ++i) lr[i] /= ext[i];
         c.push_back({"longrope", posenc::longrope{.base = base, .short_factor = std::vector<double>(d / 2, 1.0), .long_factor = ext,
                                                   .original_max_position = 4096, .factor = s},
@@ -229,7 +224,7 @@ std::size_t check_head_dims_public() {
     for (std::size_t d = 2; d <= 512; d += 2) {
         const posenc::rotary<Layout> rope({.head_dim = d}, posenc::default_rope{.base = 10000});
         const auto& inv = rope.frequencies().inv_freq;
-        const auto closed = closed_default(10000, d);
+        const auto closed = closed_form_inv_freq(10000, d);
         for (std::size_t i = 0; i < d / 2; ++i) REQUIRE(std::abs(inv[i] - closed[i]) <= 4 * DBL_EPSILON * closed[i]);
         const auto table = rope.table(70);
         const std::vector<std::int64_t> pos{0, 1, 69, 4097, int32_max};
@@ -261,7 +256,7 @@ namespace {
 // Head widths that are not multiples of 4, 8 or 16 lanes, and the largest.
 const std::vector<std::size_t> odd_widths{2, 4, 6, 10, 14, 18, 22, 26, 30, 34, 38, 46, 62, 66, 98, 126, 130, 194, 258, 386, 510, 512};
 
-enum class source { table, on_the_fly_scattered, on_the_fly_consecutive };
+enum class cos_sin_source { table, on_the_fly_scattered, on_the_fly_consecutive };
 
 struct qk_case {
     std::size_t d;
@@ -272,22 +267,20 @@ struct qk_case {
 
 /// Rotates Q and K with Arch's kernel, forced (the way tests/test_simd_kernels.cpp forces it).
 template <class Layout, class Arch>
-void run_forced(std::vector<float>& q, std::vector<float>& k, std::size_t d, source src, const posenc::rope_frequencies& f,
+void run_forced(std::vector<float>& q, std::vector<float>& k, std::size_t d, cos_sin_source src, const posenc::rope_frequencies& f,
                 const posenc::cos_sin_table& table) {
     static const std::vector<std::int64_t> scattered{5, 0, 131, 300, 1, 77, 2, 299, 9};
     posenc::detail::rotate_job job;
     job.views[0] = posenc::heads_view<float>(std::span<float>(q), {qk_case::T, qk_case::HQ, d});
     job.views[1] = posenc::heads_view<float>(std::span<float>(k), {qk_case::T, qk_case::HK, d});
-    job.positions = src == source::on_the_fly_consecutive ? posenc::position_ids::consecutive(30, qk_case::T)
+    job.positions = src == cos_sin_source::on_the_fly_consecutive ? posenc::position_ids::consecutive(30, qk_case::T)
                                                           : posenc::position_ids(scattered);
     job.rotary_dim = d;
-    job.table = src == source::table ? &table : nullptr;
+    job.table = src == cos_sin_source::table ? &table : nullptr;
     job.inv_freq = f.inv_freq.data();
     job.amplitude = f.attention_factor;
     posenc::simd::rotate_functor{}(Arch{}, posenc::detail::to_args<Layout>(job));
 }
-
-bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
 /// NaN in Q token 3 head 1 lane j, +Inf in K token 0 head 0, −Inf in K token 8 head 1: only the pairs
 /// holding them change from the clean run, and they come out non-finite.
@@ -296,7 +289,7 @@ std::size_t check_poison(std::size_t d) {
     const auto f = posenc::yarn{.base = 10000, .factor = 4, .original_max_position = 4096}.frequencies(d);
     const posenc::cos_sin_table table(f, 301);
     std::size_t rows_compared = 0;
-    for (source src : {source::table, source::on_the_fly_scattered, source::on_the_fly_consecutive}) {
+    for (cos_sin_source src : {cos_sin_source::table, cos_sin_source::on_the_fly_scattered, cos_sin_source::on_the_fly_consecutive}) {
         qk_case clean(d), dirty(d);
         const std::size_t jn = (5 * d) / 7, ji = d / 3, jm = d - 1;  // lanes hit
         dirty.q[(3 * qk_case::HQ + 1) * d + jn] = std::numeric_limits<float>::quiet_NaN();

@@ -16,36 +16,13 @@
 #include "support/reference.hpp"
 
 using nlohmann::json;
+using posenc_test::closed_form_inv_freq;
 using posenc_test::golden_entry;
+using posenc_test::golden_inv_freq;
+using posenc_test::load_bundled_config;
+using posenc_test::max_rel_diff;
 using posenc_test::random_floats;
-
-namespace {
-
-std::vector<double> closed_default(double base, std::size_t d) {
-    std::vector<double> inv(d / 2);
-    for (std::size_t i = 0; i < inv.size(); ++i) inv[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-    return inv;
-}
-
-/// Largest relative difference, requiring equal sizes.
-double rel_diff(const std::vector<double>& got, const std::vector<double>& want) {
-    REQUIRE(got.size() == want.size());
-    double m = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) m = std::max(m, std::abs(got[i] - want[i]) / std::abs(want[i]));
-    return m;
-}
-
-std::vector<double> golden_inv(const std::string& id) {
-    return golden_entry("rope_inv_freq", id).at("inv_freq_f64").get<std::vector<double>>();
-}
-
-bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
-
-posenc::hf::model_config config(const std::string& name) {
-    return posenc::hf::load_config(posenc_test::data_path("configs/" + name));
-}
-
-}  // namespace
+using posenc_test::same_bits;
 
 TEST_CASE("peer bug 1: dynamic NTK keeps no hidden state between calls", "[peer]") {
     // HF's module caches the largest length seen: after a 6144-token call, a 3072-token call still
@@ -75,9 +52,9 @@ TEST_CASE("peer bug 2: dynamic NTK follows its length (not a constant) at severa
     for (std::int64_t L : {3072, 6144, 20480}) {
         INFO("L " << L);
         const auto f = dyn.frequencies(128, L);
-        CHECK(rel_diff(f.inv_freq, golden_inv("dynamic_d128_b1e4_f2_o2048_L" + std::to_string(L))) <= 1e-12);
+        CHECK(max_rel_diff(f.inv_freq, golden_inv_freq("dynamic_d128_b1e4_f2_o2048_L" + std::to_string(L))) <= 1e-12);
         const double closed_base = 10000 * std::pow(2.0 * static_cast<double>(L) / 2048 - 1, 128.0 / 126.0);
-        CHECK(rel_diff(f.inv_freq, closed_default(closed_base, 128)) <= 1e-12);
+        CHECK(max_rel_diff(f.inv_freq, closed_form_inv_freq(closed_base, 128)) <= 1e-12);
         seen.push_back(f.inv_freq);
     }
     CHECK(seen[0] != seen[1]);
@@ -93,14 +70,14 @@ TEST_CASE("peer bug 3: dynamic NTK below the trained length is the default table
         for (std::int64_t L : {0, 1, 2, 100, 1000, 4095, 4096}) {
             INFO("factor " << s << " L " << L);
             const auto f = dyn.frequencies(64, L);
-            CHECK(rel_diff(f.inv_freq, closed_default(10000, 64)) <= 1e-15);
+            CHECK(max_rel_diff(f.inv_freq, closed_form_inv_freq(10000, 64)) <= 1e-15);
             const posenc::cos_sin_table t(f, 1024);
             std::size_t finite = 0;
             for (std::size_t j = 0; j < 1024 * 64; ++j) finite += std::isfinite(t.data()[j]) ? 1 : 0;
             CHECK(finite == 1024 * 64);
             ++lengths;
         }
-        CHECK(rel_diff(dyn.frequencies(64, 4096).inv_freq, golden_inv("dynamic_d64_b1e4_f4_o4096_L4096")) <= 1e-12);
+        CHECK(max_rel_diff(dyn.frequencies(64, 4096).inv_freq, golden_inv_freq("dynamic_d64_b1e4_f4_o4096_L4096")) <= 1e-12);
     }
     CHECK(lengths == 21);
 }
@@ -115,13 +92,13 @@ TEST_CASE("peer bug 4: inv_freq and angles in double, tables in float", "[peer]"
         const auto& e = golden_entry("rope_inv_freq", id);
         REQUIRE(double(e.at("max_rel_diff_hf_f32_vs_f64")) > 1e-8);
     }
-    CHECK(rel_diff(posenc::default_rope{.base = 500000}.frequencies(128).inv_freq, golden_inv("default_d128_b5e5")) <= 1e-13);
-    CHECK(rel_diff(posenc::llama3{.base = 500000, .factor = 8, .original_max_position = 8192}.frequencies(128).inv_freq,
-                   golden_inv("llama3_d128_b5e5_f8_l1_h4_o8192_llama31")) <= 1e-12);
+    CHECK(max_rel_diff(posenc::default_rope{.base = 500000}.frequencies(128).inv_freq, golden_inv_freq("default_d128_b5e5")) <= 1e-13);
+    CHECK(max_rel_diff(posenc::llama3{.base = 500000, .factor = 8, .original_max_position = 8192}.frequencies(128).inv_freq,
+                   golden_inv_freq("llama3_d128_b5e5_f8_l1_h4_o8192_llama31")) <= 1e-12);
     // Angles in double: at p = 65537 a float32 angle p·θ is off by up to 2^-24·65537 ≈ 4e-3 rad.
     const auto f = posenc::default_rope{.base = 500000}.frequencies(32);
     const posenc::cos_sin_table table(f, 65538);
-    const auto inv32 = closed_default(500000, 32);
+    const auto inv32 = closed_form_inv_freq(500000, 32);
     std::size_t compared = 0;
     for (std::int64_t p : {std::int64_t{65537}, std::int64_t{50021}, std::int64_t{40009}})
         for (std::size_t i = 0; i < 16; ++i) {
@@ -138,7 +115,7 @@ TEST_CASE("peer bug 5: positions are integers, distinct past 2048 and 2^24", "[p
     // get its own rotation, equal to the double rotation at that exact integer.
     const std::size_t d = 64;
     const posenc::rotary<posenc::interleaved> rope({.head_dim = d}, posenc::default_rope{.base = 10000});
-    const auto inv = closed_default(10000, d);
+    const auto inv = closed_form_inv_freq(10000, d);
     const auto x = random_floats(d, 3);
     const std::vector<double> xd(x.begin(), x.end());
     std::size_t compared = 0;
@@ -239,14 +216,14 @@ TEST_CASE("peer bug 7: a layout converter must permute the Q/K rows (interleaved
 
 TEST_CASE("peer bug 8: DeepSeek's rope layout (and every family's) is stated by the config reader", "[peer]") {
     // DeepSeek-V3: qk_rope_head_dim 64, interleaved pairs (2i, 2i+1) as in DeepSeek's code.
-    const auto ds = config("deepseek-v3.json");
+    const auto ds = load_bundled_config("deepseek-v3.json");
     CHECK(ds.rope.layout == posenc::rope_layout::interleaved);
     CHECK(ds.rope.dims.head_dim == 64);
-    CHECK(config("deepseek-v2-lite.json").rope.layout == posenc::rope_layout::interleaved);
-    CHECK(config("gpt-j-6b.json").rope.layout == posenc::rope_layout::interleaved);
+    CHECK(load_bundled_config("deepseek-v2-lite.json").rope.layout == posenc::rope_layout::interleaved);
+    CHECK(load_bundled_config("gpt-j-6b.json").rope.layout == posenc::rope_layout::interleaved);
     for (const char* half : {"llama-3.1-8b.json", "qwen2.5-7b-yarn.json", "gpt-neox-20b.json", "mistral-nemo.json"}) {
         INFO(half);
-        CHECK(config(half).rope.layout == posenc::rope_layout::half_split);
+        CHECK(load_bundled_config(half).rope.layout == posenc::rope_layout::half_split);
     }
     // And the rotary built from it rotates pairs (2i, 2i+1): lane 1 moves with lane 0 only.
     const auto rope = ds.rope.make_rotary();
@@ -286,7 +263,7 @@ TEST_CASE("peer bug 9: partial rotary uses rotary_dim for frequencies and pairs,
     CHECK(std::abs(inv[1] - std::pow(10000.0, -2.0 / 32)) <= 1e-15);
     CHECK(std::abs(inv[1] - std::pow(10000.0, -2.0 / 128)) > 0.1);
     // GPT-NeoX's rotary_pct 0.25 of head_dim 96 → 24 rotary lanes.
-    CHECK(config("gpt-neox-20b.json").rope.dims.rotary() == 24);
+    CHECK(load_bundled_config("gpt-neox-20b.json").rope.dims.rotary() == 24);
 }
 
 TEST_CASE("peer bug 10: YaRN mscale pairs and an explicit attention_factor", "[peer]") {
@@ -311,13 +288,13 @@ TEST_CASE("peer bug 10: YaRN mscale pairs and an explicit attention_factor", "[p
     const auto& ds = golden_entry("rope_inv_freq", "yarn_d64_b1e4_f40_o4096_mscale1_1_deepseekv3");
     const posenc::yarn dsy{.base = 10000, .factor = 40, .original_max_position = 4096, .mscale = 1.0, .mscale_all_dim = 1.0};
     CHECK(dsy.frequencies(64).attention_factor == double(ds.at("attention_factor")));
-    CHECK(rel_diff(dsy.frequencies(64).inv_freq, ds.at("inv_freq_f64").get<std::vector<double>>()) <= 1e-12);
+    CHECK(max_rel_diff(dsy.frequencies(64).inv_freq, ds.at("inv_freq_f64").get<std::vector<double>>()) <= 1e-12);
     const auto& af = golden_entry("rope_inv_freq", "yarn_d128_b1e4_f8_o4096_af1");
     const posenc::yarn afy{.base = 10000, .factor = 8, .original_max_position = 4096,
                            .attention_factor = af.at("params").at("attention_factor").get<double>()};
     CHECK(afy.frequencies(128).attention_factor == double(af.at("attention_factor")));
     CHECK(double(af.at("attention_factor")) != m(8, 1));  // the explicit value, not the computed one
-    CHECK(std::abs(config("deepseek-v3.json").rope.softmax_scale_multiplier() - m(40, 1) * m(40, 1)) <= 1e-15);
+    CHECK(std::abs(load_bundled_config("deepseek-v3.json").rope.softmax_scale_multiplier() - m(40, 1) * m(40, 1)) <= 1e-15);
 }
 
 TEST_CASE("peer bug 11: longrope switches at > not >=", "[peer]") {
@@ -326,12 +303,12 @@ TEST_CASE("peer bug 11: longrope switches at > not >=", "[peer]") {
     const posenc::longrope lr{.base = 10000, .short_factor = p.at("short_factor").get<std::vector<double>>(),
                               .long_factor = p.at("long_factor").get<std::vector<double>>(), .original_max_position = 4096,
                               .factor = 131072.0 / 4096};
-    const auto at_l0 = golden_inv("longrope_d64_b1e4_o4096_m131072_L4096");
-    const auto past_l0 = golden_inv("longrope_d64_b1e4_o4096_m131072_L4097");
+    const auto at_l0 = golden_inv_freq("longrope_d64_b1e4_o4096_m131072_L4096");
+    const auto past_l0 = golden_inv_freq("longrope_d64_b1e4_o4096_m131072_L4097");
     REQUIRE(at_l0 != past_l0);
-    CHECK(rel_diff(lr.frequencies(64, 4095).inv_freq, at_l0) <= 1e-12);  // L₀ − 1: short
-    CHECK(rel_diff(lr.frequencies(64, 4096).inv_freq, at_l0) <= 1e-12);  // L₀: still short
-    CHECK(rel_diff(lr.frequencies(64, 4097).inv_freq, past_l0) <= 1e-12);  // L₀ + 1: long
+    CHECK(max_rel_diff(lr.frequencies(64, 4095).inv_freq, at_l0) <= 1e-12);  // L₀ − 1: short
+    CHECK(max_rel_diff(lr.frequencies(64, 4096).inv_freq, at_l0) <= 1e-12);  // L₀: still short
+    CHECK(max_rel_diff(lr.frequencies(64, 4097).inv_freq, past_l0) <= 1e-12);  // L₀ + 1: long
     // Cached keys across the switch: a table built before it is rejected after it, not silently reused.
     const posenc::rotary<posenc::half_split> short_rope({.head_dim = 64}, lr, 4096), long_rope({.head_dim = 64}, lr, 4097);
     const auto stale = short_rope.table(16);
@@ -343,15 +320,15 @@ TEST_CASE("peer bug 11: longrope switches at > not >=", "[peer]") {
 TEST_CASE("peer bug 12: per-layer RoPE (Gemma-3 local vs global layers)", "[peer]") {
     // Gemma-3 4B: global layers base 1e6 with linear ×8, sliding-window layers base 1e4 unscaled, every
     // sixth layer global (HF sliding_window_pattern 6).
-    const auto cfg = config("gemma-3-4b.json");
+    const auto cfg = load_bundled_config("gemma-3-4b.json");
     REQUIRE(cfg.layer_types.size() == 34);
     const std::size_t d = 256;
     const auto global_inv = [&] {
-        auto v = closed_default(1e6, d);
+        auto v = closed_form_inv_freq(1e6, d);
         for (double& f : v) f /= 8;
         return v;
     }();
-    const auto local_inv = closed_default(1e4, d);
+    const auto local_inv = closed_form_inv_freq(1e4, d);
     const auto x = random_floats(d, 12);
     const std::vector<double> xd(x.begin(), x.end());
     std::size_t globals = 0, locals = 0;
@@ -408,7 +385,7 @@ TEST_CASE("peer bug 13: ALiBi decode equals prefill, the scale/bias order, slope
     for (std::size_t j = 0; j < 10; ++j) CHECK(decode[j] == static_cast<float>(-slope(4, 12) * (9.0 - static_cast<double>(j))));
     // The order: BLOOM and MPT add after the 1/√d scale, Falcon before it.
     auto order_of = [](const char* name) {
-        const auto enc = posenc::hf::load_position_encoding(posenc_test::data_path(std::string("configs/") + name));
+        const auto enc = posenc::hf::load_position_encoding(posenc_test::config_path(name));
         return std::get<posenc::hf::alibi_model>(enc).params.order;
     };
     CHECK(order_of("bloom-560m.json") == posenc::bias_order::scale_then_add);

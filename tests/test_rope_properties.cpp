@@ -6,6 +6,7 @@
 #include "support/catch.hpp"
 #include "support/reference.hpp"
 
+using posenc_test::dot;
 using posenc_test::random_floats;
 
 namespace {
@@ -15,12 +16,6 @@ std::vector<double> rotate_one(const posenc::rotary<Layout>& rope, const std::ve
     std::vector<float> y = x;
     rope.apply(posenc::heads_view<float>(std::span<float>(y), {1, 1, y.size()}), std::vector<std::int64_t>{p});
     return {y.begin(), y.end()};
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-    double s = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-    return s;
 }
 
 double norm(const std::vector<double>& a) { return std::sqrt(dot(a, a)); }

@@ -23,11 +23,11 @@ using posenc_test::random_floats;
 
 namespace {
 
-struct shape {
+struct kernel_shape {
     std::size_t head_dim, rotary_dim, token_stride, head_stride;  // strides 0 = dense
 };
 
-enum class source { table, on_the_fly, rows };
+enum class row_source { table, on_the_fly, rows };
 
 constexpr double amplitude = 1.1386294361119891;  // a YaRN-like cos/sin amplitude ≠ 1
 // Inverse calls in these kernel tests use arbitrary amplitudes (not rotary's formula, which the
@@ -35,7 +35,7 @@ constexpr double amplitude = 1.1386294361119891;  // a YaRN-like cos/sin amplitu
 constexpr double inverse_amplitude = 0.8, inverse_row_scale = 0.75;
 
 struct fixture {
-    shape sh;
+    kernel_shape sh;
     std::vector<double> inv;  // closed form, base 10000
     std::vector<std::int64_t> pos;
     posenc::cos_sin_table table;
@@ -44,7 +44,7 @@ struct fixture {
 
     static constexpr std::size_t T = 7, H = 3;
 
-    explicit fixture(shape s)
+    explicit fixture(kernel_shape s)
         : sh(s),
           inv(posenc_test::closed_form_inv_freq(10000.0, s.rotary_dim)),
           pos(s.rotary_dim <= 256 ? std::vector<std::int64_t>{0, 1, 4095, 4096, 65537, 70000, 123}
@@ -60,14 +60,14 @@ struct fixture {
     std::size_t head_stride() const { return sh.head_stride ? sh.head_stride : sh.head_dim; }
     std::size_t token_stride() const { return sh.token_stride ? sh.token_stride : H * head_stride(); }
 
-    posenc::detail::rotate_job job(std::vector<float>& buf, source src, bool inverse) const {
+    posenc::detail::rotate_job job(std::vector<float>& buf, row_source src, bool inverse) const {
         posenc::detail::rotate_job j;
         j.views[0] = posenc::heads_view<float>(std::span<float>(buf), {T, H, sh.head_dim}, {token_stride(), head_stride()});
         j.positions = pos;
         j.rotary_dim = sh.rotary_dim;
         j.inverse = inverse;
-        j.table = src == source::table ? &table : nullptr;
-        j.rows = src == source::rows ? rows.data() : nullptr;
+        j.table = src == row_source::table ? &table : nullptr;
+        j.rows = src == row_source::rows ? rows.data() : nullptr;
         j.inv_freq = inv.data();
         j.amplitude = inverse ? inverse_amplitude : amplitude;
         j.row_scale = inverse ? inverse_row_scale : 1.0;
@@ -75,9 +75,9 @@ struct fixture {
     }
 
     /// What the call must produce: rotation by ±p·θ, amplitude as the contract says.
-    double expected_amplitude(source src, bool inverse) const {
+    double expected_amplitude(row_source src, bool inverse) const {
         if (!inverse) return amplitude;
-        return src == source::on_the_fly ? inverse_amplitude : amplitude * inverse_row_scale;
+        return src == row_source::on_the_fly ? inverse_amplitude : amplitude * inverse_row_scale;
     }
 };
 
@@ -87,7 +87,7 @@ std::size_t check_arch(const fixture& f) {
     const auto& sh = f.sh;
     const std::size_t ts = f.token_stride(), hs = f.head_stride();
     std::size_t checked = 0;
-    for (source src : {source::table, source::on_the_fly, source::rows})
+    for (row_source src : {row_source::table, row_source::on_the_fly, row_source::rows})
         for (bool inverse : {false, true}) {
             std::vector<float> got = f.original;
             posenc::simd::rotate_functor{}(Arch{}, posenc::detail::to_args<Layout>(f.job(got, src, inverse)));
@@ -141,7 +141,7 @@ std::size_t check_all(xsimd::arch_list<Archs...>, const fixture& f) {
 }  // namespace
 
 TEST_CASE("every SIMD architecture equals the double reference, all layouts, strides and widths", "[simd]") {
-    const std::vector<shape> shapes{{128, 128, 0, 0}, {64, 64, 0, 0},   {128, 128, 40 * 128, 0}, {96, 24, 0, 0},
+    const std::vector<kernel_shape> shapes{{128, 128, 0, 0}, {64, 64, 0, 0},   {128, 128, 40 * 128, 0}, {96, 24, 0, 0},
                                     {160, 130, 0, 0}, {64, 64, 0, 192}, {80, 80, 0, 0},          {256, 64, 0, 0},
                                     {6, 6, 0, 0},     {2, 2, 0, 0},     {48, 46, 0, 0},          {1024, 1024, 0, 0}};
     std::size_t checked = 0;
@@ -311,7 +311,7 @@ void check_last_rows(std::size_t rotary, last_rows_case c) {
     for (float v : random_floats(pos.size() * H * rotary, 9)) original.push_back(T(v));
     std::vector<float> weight(rotary);
     for (std::size_t i = 0; i < rotary; ++i) weight[i] = 0.75f + 0.01f * static_cast<float>(i);
-    const auto rotated = [&](source src, bool prefetch_16bit = false) {
+    const auto rotated = [&](row_source src, bool prefetch_16bit = false) {
         std::vector<T> buf = original;
         std::vector<posenc::bf16> out(c.out_of_place ? buf.size() : 0);
         const posenc::heads_view<T> view(std::span<T>(buf), {pos.size(), H, rotary});
@@ -325,8 +325,8 @@ void check_last_rows(std::size_t rotary, last_rows_case c) {
         j.positions = pos;
         j.rotary_dim = rotary;
         j.inverse = c.inverse;
-        j.table = src == source::table ? &table : nullptr;
-        j.rows = src == source::rows ? rows.data() : nullptr;
+        j.table = src == row_source::table ? &table : nullptr;
+        j.rows = src == row_source::rows ? rows.data() : nullptr;
         j.inv_freq = inv.data();
         j.amplitude = amplitude;
         auto args = posenc::detail::to_args<Layout>(j);
@@ -337,13 +337,13 @@ void check_last_rows(std::size_t rotary, last_rows_case c) {
                     bytes.size());
         return bytes;
     };
-    const auto direct = rotated(source::on_the_fly), from_table = rotated(source::table), from_rows = rotated(source::rows);
+    const auto direct = rotated(row_source::on_the_fly), from_table = rotated(row_source::table), from_rows = rotated(row_source::rows);
     INFO(Arch::name() << " " << Layout::name << " rotary " << rotary << " "
                       << (std::is_same_v<T, float> ? "float" : std::is_same_v<T, posenc::bf16> ? "bf16" : "fp16")
                       << " inverse " << c.inverse << " out of place " << c.out_of_place << " norm " << c.norm);
     CHECK(from_table == direct);
     CHECK(from_rows == direct);
-    CHECK(rotated(source::table, true) == direct);  // prefetching 16-bit buffers (simd::prefetch_16bit) changes no bit
+    CHECK(rotated(row_source::table, true) == direct);  // prefetching 16-bit buffers (simd::prefetch_16bit) changes no bit
     CHECK(std::count(direct.begin(), direct.end(), 0) < static_cast<std::ptrdiff_t>(direct.size() / 4));  // written
 }
 

@@ -18,14 +18,11 @@
 #include "support/reference.hpp"
 
 using posenc_test::random_floats;
+using posenc_test::same_bits;
 
 namespace {
 
 constexpr unsigned workers = 8;
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 /// Runs work(i) on `workers` threads started together; returns each thread's result.
 std::vector<std::vector<float>> on_threads(const std::function<std::vector<float>(unsigned)>& work) {
@@ -56,22 +53,22 @@ std::size_t require_all_equal(const std::vector<std::vector<float>>& got,
 
 // 128 tokens × (8 + 2) heads × 128 lanes = 163840 floats: with set_threads(2) each call also splits
 // its tokens across two threads of its own (nested inside the workers).
-constexpr std::size_t T = 128, HQ = 8, HK = 2, D = 128;
+constexpr std::size_t RT = 128, RHQ = 8, RHK = 2, RD = 128;
 
 template <class Rope>
 std::vector<float> rope_work(const Rope& rope, const posenc::cos_sin_table& table, unsigned seed) {
-    auto q = random_floats(T * HQ * D, 100 + seed), k = random_floats(T * HK * D, 200 + seed);
-    posenc::heads_view<float> qv(std::span<float>(q), {T, HQ, D}), kv(std::span<float>(k), {T, HK, D});
-    std::vector<std::int64_t> pos64(T);
-    std::vector<std::int32_t> pos32(T);
-    for (std::size_t t = 0; t < T; ++t) {
+    auto q = random_floats(RT * RHQ * RD, 100 + seed), k = random_floats(RT * RHK * RD, 200 + seed);
+    posenc::heads_view<float> qv(std::span<float>(q), {RT, RHQ, RD}), kv(std::span<float>(k), {RT, RHK, RD});
+    std::vector<std::int64_t> pos64(RT);
+    std::vector<std::int32_t> pos32(RT);
+    for (std::size_t t = 0; t < RT; ++t) {
         pos64[t] = static_cast<std::int64_t>((t * 37 + seed) % 4096);
         pos32[t] = static_cast<std::int32_t>((t * 11 + 3 * seed) % 4096);
     }
-    rope.apply(qv, kv, posenc::position_ids::consecutive(1000 + seed, T));  // on the fly, recurrence
+    rope.apply(qv, kv, posenc::position_ids::consecutive(1000 + seed, RT));  // on the fly, recurrence
     rope.apply(table, qv, kv, pos64);                                       // table, int64
     rope.apply(qv, kv, pos32, posenc::rotation::inverse);                   // on the fly, int32, inverse
-    rope.apply(table, qv, posenc::position_ids::consecutive(7, T), posenc::rotation::inverse);
+    rope.apply(table, qv, posenc::position_ids::consecutive(7, RT), posenc::rotation::inverse);
     rope.shift(kv, -static_cast<std::int64_t>(seed) - 5);
     q.insert(q.end(), k.begin(), k.end());
     return q;
@@ -80,7 +77,7 @@ std::vector<float> rope_work(const Rope& rope, const posenc::cos_sin_table& tabl
 template <class Layout>
 void check_shared_rotary() {
     const posenc::yarn schedule{.base = 500000, .factor = 4, .original_max_position = 8192};
-    posenc::rotary<Layout> rope({.head_dim = D}, schedule);
+    posenc::rotary<Layout> rope({.head_dim = RD}, schedule);
     const auto table = rope.table(4096);
     rope.set_threads(1);
     std::vector<std::vector<float>> expected;
@@ -100,7 +97,7 @@ TEST_CASE("one rotary and one table shared by many threads (each its own Q/K) gi
 
 TEST_CASE("any_rotary shared by many threads gives single-thread results", "[concurrency]") {
     for (auto layout : {posenc::rope_layout::half_split, posenc::rope_layout::interleaved}) {
-        posenc::any_rotary rope(layout, {.head_dim = D, .rotary_dim = 96},
+        posenc::any_rotary rope(layout, {.head_dim = RD, .rotary_dim = 96},
                                 posenc::any_schedule{posenc::llama3{.base = 500000, .factor = 8, .original_max_position = 8192}});
         const auto table = rope.table(4096);
         std::vector<std::vector<float>> expected;
@@ -201,7 +198,7 @@ TEST_CASE("distinct rotaries set_threads'ed and used on many threads each (neste
           "[concurrency]") {
     // Each worker owns its rotary (set_threads mutates, so it is not shared) and splits its call
     // across up to 4 threads of its own: 8 × 4 std::threads in flight, results as a 1-thread run.
-    const posenc::rotary<posenc::half_split> reference({.head_dim = D}, posenc::default_rope{.base = 10000});
+    const posenc::rotary<posenc::half_split> reference({.head_dim = RD}, posenc::default_rope{.base = 10000});
     const auto table = reference.table(4096);
     std::vector<std::vector<float>> expected;
     for (unsigned i = 0; i < workers; ++i) expected.push_back(rope_work(reference, table, i));

@@ -10,6 +10,7 @@
 #include "support/errors.hpp"
 #include "support/reference.hpp"
 
+using posenc_test::dot;
 using posenc_test::expect_config_error;
 
 namespace {
@@ -51,12 +52,6 @@ std::vector<double> run_one(const posenc::xpos_rotary<Layout>& xp, const std::ve
     else
         xp.apply_keys(v, pos);
     return {y.begin(), y.end()};
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-    double s = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-    return s;
 }
 
 template <class Layout>

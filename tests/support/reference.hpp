@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -61,16 +63,37 @@ inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float
     return v;
 }
 
+// Both differences are +inf when the sizes differ, so that any `<= tolerance` check fails.
 inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+    if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
     double m = 0;
     for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
     return m;
 }
 
 inline double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+    if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
     double m = 0;
     for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]) / std::abs(b[i]));
     return m;
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+    double s = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+}
+
+inline double max_abs(const std::vector<float>& x) {
+    double m = 0;
+    for (float f : x) m = std::max(m, static_cast<double>(std::abs(f)));
+    return m;
+}
+
+/// Bit-for-bit equality (so -0 ≠ +0 and equal NaNs count as equal).
+inline bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && same_bits(a.data(), b.data(), a.size());
 }
 
 }  // namespace posenc_test
