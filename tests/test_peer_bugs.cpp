@@ -184,17 +184,8 @@ TEST_CASE("peer bug 7: a layout converter must permute the Q/K rows (interleaved
     const std::size_t H = 2, D = 16, C = 12;
     const posenc::rope_dims dims{.head_dim = D};
     const auto Wq = random_floats(H * D * C, 41), Wk = random_floats(H * D * C, 42), x = random_floats(C, 43);
-    auto project = [&](const std::vector<float>& w) {
-        std::vector<float> y(H * D);
-        for (std::size_t r = 0; r < H * D; ++r) {
-            double s = 0;
-            for (std::size_t c = 0; c < C; ++c) s += double(w[r * C + c]) * x[c];
-            y[r] = float(s);
-        }
-        return y;
-    };
     auto scores = [&](const std::vector<float>& wq, const std::vector<float>& wk, bool interleaved) {
-        auto q = project(wq), k = project(wk);
+        auto q = posenc_test::matvec(wq, x), k = posenc_test::matvec(wk, x);
         const posenc::any_rotary rope(interleaved ? posenc::rope_layout::interleaved : posenc::rope_layout::half_split, dims,
                                       posenc::any_schedule{posenc::default_rope{}});
         rope.apply(posenc::heads_view<float>(std::span<float>(q), {1, H, D}), std::vector<std::int64_t>{1234});

@@ -65,24 +65,15 @@ TEST_CASE("weight permutation: half_split(P W x) == P interleaved(W x)", "[conve
         const std::size_t H = 3, D = 64, C = 40;
         const posenc::rope_dims dims{.head_dim = D, .rotary_dim = rotary};
         const auto W = random_floats(H * D * C, 31), x = random_floats(C, 32);
-        auto matvec = [&](const std::vector<float>& w) {
-            std::vector<float> y(H * D);
-            for (std::size_t r = 0; r < H * D; ++r) {
-                double s = 0;
-                for (std::size_t c = 0; c < C; ++c) s += double(w[r * C + c]) * x[c];
-                y[r] = float(s);
-            }
-            return y;
-        };
         const auto f = posenc::default_rope{}.frequencies(rotary);
         const auto pos = std::vector<std::int64_t>{31337};
 
-        auto q_inter = matvec(W);  // interleaved model
+        auto q_inter = posenc_test::matvec(W, x);  // interleaved model
         posenc::rotary<posenc::interleaved>(dims, f).apply(posenc::heads_view<float>(std::span<float>(q_inter), {1, H, D}), pos);
 
         auto PW = W;
         posenc::interleaved_to_half_split(std::span<float>(PW), H, dims, C);
-        auto q_half = matvec(PW);  // converted model
+        auto q_half = posenc_test::matvec(PW, x);  // converted model
         posenc::rotary<posenc::half_split>(dims, f).apply(posenc::heads_view<float>(std::span<float>(q_half), {1, H, D}), pos);
 
         auto Pq = q_inter;
@@ -90,7 +81,7 @@ TEST_CASE("weight permutation: half_split(P W x) == P interleaved(W x)", "[conve
         for (std::size_t i = 0; i < Pq.size(); ++i) CHECK(std::abs(Pq[i] - q_half[i]) <= 1e-5f);
 
         // And without the permutation the result is wrong (the converter bug class).
-        auto q_wrong = matvec(W);
+        auto q_wrong = posenc_test::matvec(W, x);
         posenc::rotary<posenc::half_split>(dims, f).apply(posenc::heads_view<float>(std::span<float>(q_wrong), {1, H, D}), pos);
         double worst = 0;
         for (std::size_t i = 0; i < Pq.size(); ++i) worst = std::max(worst, double(std::abs(Pq[i] - q_wrong[i])));

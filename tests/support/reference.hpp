@@ -78,6 +78,18 @@ inline double max_rel_diff(const std::vector<double>& a, const std::vector<doubl
     return m;
 }
 
+/// y = W·x in double, rounded to float: W is [rows][x.size()], row-major.
+inline std::vector<float> matvec(const std::vector<float>& w, const std::vector<float>& x) {
+    const std::size_t cols = x.size(), rows = w.size() / cols;
+    std::vector<float> y(rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+        double s = 0;
+        for (std::size_t c = 0; c < cols; ++c) s += static_cast<double>(w[r * cols + c]) * x[c];
+        y[r] = static_cast<float>(s);
+    }
+    return y;
+}
+
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
     double s = 0;
     for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
