@@ -414,7 +414,7 @@ TEST_CASE("hardening corpus through posenc-inspect: exit 0 with valid JSON, or e
                 CHECK(r.exit_code == 1);
                 CHECK(r.out.empty());
                 CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-                CHECK(r.err.back() == '\n');
+                CHECK((!r.err.empty() && r.err.back() == '\n'));
                 CHECK(r.err.size() < 1200);
             }
         }

@@ -13,7 +13,7 @@ using namespace posenc_test;
 using posenc::hf::attention_kind;
 
 namespace {
-double base_of(const posenc::hf::rope_spec& r) {
+double spec_base(const posenc::hf::rope_spec& r) {
     if (const auto* d = std::get_if<posenc::default_rope>(&r.schedule)) return d->base;
     if (const auto* y = std::get_if<posenc::yarn>(&r.schedule)) return y->base;
     FAIL("unexpected schedule " << r.rope_type());
@@ -27,19 +27,19 @@ TEST_CASE("hf11b: family defaults are those of HF's config classes", "[hf][confi
     const auto mx = posenc::hf::layers_from_string(
         R"({"model_type": "mixtral", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 2})");
     REQUIRE(mx.layers.size() == 2);
-    CHECK(base_of(*mx.layers[0].rope) == 1e6);
+    CHECK(spec_base(*mx.layers[0].rope) == 1e6);
     CHECK(mx.kv_heads == 8);
     CHECK(mx.layers[1].kind == attention_kind::full);
     CHECK(posenc::hf::config_from_string(R"({"model_type": "mixtral", "hidden_size": 4096, "num_attention_heads": 32})")
               .max_position_embeddings == 131072);
     // PhimoeConfig: rope_theta 1e6.
-    CHECK(base_of(posenc::hf::config_from_string(R"({"model_type": "phimoe", "hidden_size": 4096, "num_attention_heads": 32})")
+    CHECK(spec_base(posenc::hf::config_from_string(R"({"model_type": "phimoe", "hidden_size": 4096, "num_attention_heads": 32})")
                       .rope) == 1e6);
     // Llama4TextConfig: default_theta 500000, num_key_value_heads 8.
     const auto l4 = posenc::hf::layers_from_string(
         R"({"model_type": "llama4_text", "num_attention_heads": 40, "head_dim": 128, "num_hidden_layers": 4})");
     CHECK(l4.kv_heads == 8);
-    CHECK(base_of(*l4.layers[0].rope) == 500000.0);
+    CHECK(spec_base(*l4.layers[0].rope) == 500000.0);
     // GemmaConfig: head_dim 256 (not hidden_size / heads = 3072 / 16 = 192).
     CHECK(posenc::hf::config_from_string(R"({"model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16})")
               .rope.dims.head_dim == 256);
@@ -84,14 +84,14 @@ TEST_CASE("hf11b: a family whose HF class posenc has not checked needs rope_thet
         [] { (void)posenc::hf::config_from_string(R"({"model_type": "olmo", "hidden_size": 2048, "num_attention_heads": 16})"); },
         "rope_theta", "olmo");
     // Given at the top level or in the rope dict, it is read.
-    CHECK(base_of(posenc::hf::config_from_string(
+    CHECK(spec_base(posenc::hf::config_from_string(
                       R"({"model_type": "olmo", "hidden_size": 2048, "num_attention_heads": 16, "rope_theta": 500000})")
                       .rope) == 500000.0);
-    CHECK(base_of(posenc::hf::config_from_string(R"({"model_type": "olmo", "hidden_size": 2048, "num_attention_heads": 16,
+    CHECK(spec_base(posenc::hf::config_from_string(R"({"model_type": "olmo", "hidden_size": 2048, "num_attention_heads": 16,
                                                      "rope_parameters": {"rope_type": "default", "rope_theta": 20000}})")
                       .rope) == 20000.0);
     // A checked family keeps its class default (LlamaConfig: 10000).
-    CHECK(base_of(posenc::hf::config_from_string(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32})")
+    CHECK(spec_base(posenc::hf::config_from_string(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32})")
                       .rope) == 10000.0);
 }
 

@@ -28,8 +28,8 @@
 
 #include "support/attention_reference.hpp"
 #include "support/catch.hpp"
-#include "support/heads.hpp"
 #include "support/errors.hpp"
+#include "support/heads.hpp"
 
 using namespace posenc_test;
 

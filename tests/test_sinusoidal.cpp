@@ -4,6 +4,7 @@
 #include <posenc/posenc.hpp>
 
 #include <cmath>
+#include <limits>
 
 #include "support/catch.hpp"
 #include "support/errors.hpp"
@@ -34,7 +35,9 @@ std::vector<double> reference_row(std::size_t d, posenc::sinusoidal_form form, d
     return pe;
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
+/// Largest |a − b| over one row (NaN when the lengths differ, which fails any check).
+double max_row_error(const std::vector<float>& a, const std::vector<double>& b) {
+    if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
     double m = 0;
     for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
     return m;
@@ -60,13 +63,13 @@ TEST_CASE("sinusoidal tables match DistilBERT and fairseq float64 at every liste
             INFO("position " << positions[t]);
             const auto want = expected[t].get<std::vector<double>>();
             REQUIRE(want.size() == pe.d_model);
-            CHECK(max_abs_diff(pe.row(positions[t]), want) <= 1e-6);
+            CHECK(max_row_error(pe.row(positions[t]), want) <= 1e-6);
             const std::vector<float> from_table(table.begin() + static_cast<std::ptrdiff_t>(t * pe.d_model),
                                                 table.begin() + static_cast<std::ptrdiff_t>((t + 1) * pe.d_model));
-            CHECK(max_abs_diff(from_table, want) <= 1e-6);
+            CHECK(max_row_error(from_table, want) <= 1e-6);
             const std::vector<float> from_add(added.begin() + static_cast<std::ptrdiff_t>(t * pe.d_model),
                                               added.begin() + static_cast<std::ptrdiff_t>((t + 1) * pe.d_model));
-            CHECK(max_abs_diff(from_add, want) <= 1e-6);
+            CHECK(max_row_error(from_add, want) <= 1e-6);
             ++rows;
         }
     }
@@ -81,7 +84,7 @@ TEST_CASE("sinusoidal rows follow the closed forms: odd widths, negative and hug
                                    std::int64_t{123456}, std::int64_t{1'000'000'000}}) {
                 INFO(posenc::to_string(form) << " d=" << d << " p=" << p);
                 const auto row = pe.row(p);
-                CHECK(max_abs_diff(row, reference_row(d, form, static_cast<double>(p))) <= 1e-6);
+                CHECK(max_row_error(row, reference_row(d, form, static_cast<double>(p))) <= 1e-6);
                 if (form == posenc::sinusoidal_form::concatenated && d % 2 == 1) CHECK(row[d - 1] == 0.0f);
             }
         }

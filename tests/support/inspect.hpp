@@ -3,6 +3,7 @@
 // it wrote to stdout and stderr. Empty where the build has no posenc-inspect.
 #ifdef POSENC_INSPECT_PATH
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -21,11 +22,12 @@ struct inspect_result {
 
 /// `args` go to the shell as written (quote paths with spaces yourself).
 inline inspect_result run_inspect(const std::string& args) {
-    char err_path[] = "/tmp/posenc_inspect_stderr_XXXXXX";  // one file a call: ctest runs tests in parallel
-    const int fd = mkstemp(err_path);
-    if (fd < 0) throw std::runtime_error("run_inspect: mkstemp failed");
+    // One file a call: ctest runs tests in parallel.
+    std::string err_path = (std::filesystem::temp_directory_path() / "posenc_inspect_stderr_XXXXXX").string();
+    const int fd = mkstemp(err_path.data());
+    if (fd < 0) throw std::runtime_error("run_inspect: mkstemp failed in " + err_path);
     close(fd);
-    const std::string cmd = std::string(POSENC_INSPECT_PATH) + " " + args + " 2>" + err_path;
+    const std::string cmd = std::string(POSENC_INSPECT_PATH) + " " + args + " 2>'" + err_path + "'";
     inspect_result r;
     if (FILE* p = popen(cmd.c_str(), "r")) {
         char buf[4096];
@@ -33,12 +35,13 @@ inline inspect_result run_inspect(const std::string& args) {
         const int status = pclose(p);
         if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
     } else {
-        std::remove(err_path);
+        std::remove(err_path.c_str());
         throw std::runtime_error("run_inspect: popen failed: " + cmd);
     }
     std::ifstream e(err_path, std::ios::binary);
     r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-    std::remove(err_path);
+    e.close();
+    std::remove(err_path.c_str());
     return r;
 }
 

@@ -63,16 +63,17 @@ inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float
     return v;
 }
 
-// Both differences are +inf when the sizes differ, so that any `<= tolerance` check fails.
+// Both differences are NaN when the sizes differ, so that every comparison with them fails (a
+// `<= tolerance` check and a `> tolerance` one alike).
 inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-    if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+    if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
     double m = 0;
     for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
     return m;
 }
 
 inline double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-    if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+    if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
     double m = 0;
     for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]) / std::abs(b[i]));
     return m;
