@@ -13,6 +13,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -170,9 +171,8 @@ std::size_t check_bf16_archs(xsimd::arch_list<Archs...>) {
          // Pair steps of 2W lanes, single vectors and tails (W = 4, 8, 16), and partial rotary; on
          // AVX-512 the rows held in registers for 1, 2 and 4 steps (64: 1 / 2, 128: 2 / 4, 32: – / 1,
          // half-split / interleaved) and the loop where they do not fit (96: – / 3).
-         for (const bf16_shape sh : {bf16_shape{128, 128}, bf16_shape{96, 96}, bf16_shape{64, 64}, bf16_shape{56, 56}, bf16_shape{40, 40},
-                                bf16_shape{34, 34}, bf16_shape{32, 32}, bf16_shape{16, 16}, bf16_shape{6, 6}, bf16_shape{128, 64}, bf16_shape{80, 48},
-                                bf16_shape{256, 128}})
+         for (const bf16_shape sh : std::initializer_list<bf16_shape>{{128, 128}, {96, 96}, {64, 64}, {56, 56}, {40, 40}, {34, 34},
+                                                              {32, 32}, {16, 16}, {6, 6}, {128, 64}, {80, 48}, {256, 128}})
              for (bool il : {false, true})
                  for (bool in_place : {true, false})
                      for (bool nan_row : {false, true})
@@ -230,7 +230,7 @@ std::size_t check_strided_destination(const bf16_shape& sh, bool interleaved) {
 template <class... Archs>
 std::size_t check_strided_all(xsimd::arch_list<Archs...>) {
     std::size_t checked = 0;
-    for (const bf16_shape sh : {bf16_shape{128, 128}, bf16_shape{64, 64}, bf16_shape{32, 32}, bf16_shape{256, 128}, bf16_shape{128, 64}, bf16_shape{96, 96}})
+    for (const bf16_shape sh : std::initializer_list<bf16_shape>{{128, 128}, {64, 64}, {32, 32}, {256, 128}, {128, 64}, {96, 96}})
         for (bool il : {false, true}) ((checked += check_strided_destination<Archs>(sh, il)), ...);
     return checked;
 }

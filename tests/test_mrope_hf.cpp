@@ -18,6 +18,7 @@
 using nlohmann::json;
 using posenc_test::config_path;
 using posenc_test::expect_config_error;
+using posenc_test::load_bundled_config;
 
 namespace {
 
@@ -28,7 +29,7 @@ int qwen3_vl_axis(std::size_t j) { return j < 60 && j % 3 == 1 ? 1 : j < 60 && j
 }  // namespace
 
 TEST_CASE("Qwen2-VL config: make_mrope, get_rope_index options, text = plain RoPE", "[mrope][hf]") {
-    const auto cfg = posenc::hf::load_config(config_path("qwen2-vl-7b.json"));
+    const auto cfg = load_bundled_config("qwen2-vl-7b.json");
     REQUIRE(cfg.rope.is_mrope());
     const auto rope = cfg.rope.make_mrope();
     CHECK(rope.params().section == std::array<std::size_t, 3>{16, 24, 24});
@@ -71,7 +72,7 @@ TEST_CASE("Qwen2-VL config: make_mrope, get_rope_index options, text = plain RoP
 }
 
 TEST_CASE("Qwen3-VL config: interleaved M-RoPE, qwen3_vl positions, other configs have no M-RoPE", "[mrope][hf]") {
-    const auto cfg = posenc::hf::load_config(config_path("qwen3-vl-8b.json"));
+    const auto cfg = load_bundled_config("qwen3-vl-8b.json");
     const auto rope = cfg.rope.make_mrope();
     CHECK(rope.params().interleaved);
     CHECK(rope.params().section == std::array<std::size_t, 3>{24, 20, 20});
@@ -83,7 +84,7 @@ TEST_CASE("Qwen3-VL config: interleaved M-RoPE, qwen3_vl positions, other config
     }
     REQUIRE(checked == 64);
 
-    const auto llama = posenc::hf::load_config(config_path("llama-3.1-8b.json"));
+    const auto llama = load_bundled_config("llama-3.1-8b.json");
     CHECK_FALSE(llama.rope.is_mrope());
     expect_config_error([&] { (void)llama.rope.make_mrope(); }, "mrope_section");
     expect_config_error([&] { (void)posenc::hf::mrope_options(llama); }, "model_type", "llama");
