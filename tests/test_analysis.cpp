@@ -22,6 +22,7 @@
 
 #include "support/catch.hpp"
 #include "support/errors.hpp"
+#include "support/reference.hpp"
 
 namespace an = posenc::analysis;
 
@@ -220,7 +221,7 @@ TEST_CASE("analysis: max deviation of a pair with a model's own frequency", "[an
     const double m = 0.5, hd = 64;
     const an::alibi_rope_pair p{.theta = 1e-4, .n = 1.2 * m * 8 / 1e-4};
     double worst = 0;
-    for (int d = 0; d <= 10000; ++d) worst = std::max(worst, std::abs(an::emulated_alibi_bias(p, 64, d) + m * d));
+    for (int d = 0; d <= 10000; ++d) worst = posenc_test::worst_of(worst, std::abs(an::emulated_alibi_bias(p, 64, d) + m * d));
     REQUIRE(an::alibi_rope_max_deviation(p, m, static_cast<std::size_t>(hd), 10000) == Approx(worst).epsilon(1e-6));
 }
 
@@ -283,7 +284,7 @@ TEST_CASE("analysis: ALiBi via RoPE in float32 breaks far from position 0", "[an
     const auto s = emulated_scores_f32(p, 64, offset + 65536, keys);
     double worst = 0;
     for (std::size_t j = 0; j < keys.size(); ++j)
-        worst = std::max(worst, std::abs(s[j] + m * static_cast<double>(offset + 65536 - keys[j])));
+        worst = posenc_test::worst_of(worst, std::abs(s[j] + m * static_cast<double>(offset + 65536 - keys[j])));
     REQUIRE(an::alibi_rope_max_deviation(p, m, 64, 65536) < 0.01);  // the approximation is fine...
     REQUIRE(worst > 1.0);                                            // ...float32 is not
 }

@@ -53,7 +53,7 @@ double error_of(const std::vector<float>& got, const std::vector<double>& ref) {
     std::size_t not_finite = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {
         not_finite += std::isfinite(got[i]) ? 0 : 1;
-        e = std::max(e, std::abs(static_cast<double>(got[i]) - ref[i]));
+        e = posenc_test::worst_of(e, std::abs(static_cast<double>(got[i]) - ref[i]));
     }
     REQUIRE(not_finite == 0);
     return e;

@@ -702,8 +702,8 @@ TEST_CASE("apply_normed: the public API equals normalising and then rotating, an
     rope.apply_normed(qn, posenc::heads_view<float>(std::span<float>(q), {T, HQ, D}), kn,
                       posenc::heads_view<float>(std::span<float>(k), {T, HK, D}), pos);
     double worst = 0;
-    for (std::size_t i = 0; i < q.size(); ++i) worst = std::max(worst, double(std::abs(q[i] - q2[i])));
-    for (std::size_t i = 0; i < k.size(); ++i) worst = std::max(worst, double(std::abs(k[i] - k2[i])));
+    for (std::size_t i = 0; i < q.size(); ++i) worst = posenc_test::worst_of(worst, double(std::abs(q[i] - q2[i])));
+    for (std::size_t i = 0; i < k.size(); ++i) worst = posenc_test::worst_of(worst, double(std::abs(k[i] - k2[i])));
     CHECK(worst <= 4e-6);  // the sum of squares' float order differs from the double one here; values are O(1)
 
     const posenc::head_rms_norm wrong(std::vector<float>(64, 1.0f), 1e-6);

@@ -78,7 +78,7 @@ TEST_CASE("kv_cache: append stores K rotated once, head-major, V copied, positio
             const std::vector<double> x(k.begin() + static_cast<std::ptrdiff_t>((t * H + h) * D),
                                         k.begin() + static_cast<std::ptrdiff_t>((t * H + h + 1) * D));
             const auto ref = reference_rotate(x, D, false, inv, pos[t], rope_amplitude);
-            for (std::size_t d = 0; d < D; ++d) err = std::max(err, std::abs(K.row(t, h)[d] - ref[d]));
+            for (std::size_t d = 0; d < D; ++d) err = posenc_test::worst_of(err, std::abs(K.row(t, h)[d] - ref[d]));
             CHECK(std::memcmp(V.row(t, h), v.data() + (t * H + h) * Dv, Dv * sizeof(float)) == 0);
             CHECK(cache.positions()[t] == pos[t]);
             ++compared;
@@ -179,7 +179,7 @@ TEST_CASE("kv_cache: decode against the cache equals the matching rows of prefil
                           p.kpos, mask);
         const auto ref = reference_attention(p, m, visible);
         double ref_err = 0;
-        for (std::size_t i = 0; i < prefill.size(); ++i) ref_err = std::max(ref_err, std::abs(prefill[i] - ref[i]));
+        for (std::size_t i = 0; i < prefill.size(); ++i) ref_err = posenc_test::worst_of(ref_err, std::abs(prefill[i] - ref[i]));
         CHECK(ref_err <= 2e-6 * max_abs(p.v));
 
         // the cache: the prompt in one append (queries of the prompt's last 3 tokens decoded as a chunk),
@@ -207,8 +207,8 @@ TEST_CASE("kv_cache: decode against the cache equals the matching rows of prefil
             const auto pre = rows(prefill, t, 1, Hq, Dv);
             double diff = 0, err = 0;
             for (std::size_t i = 0; i < out.size(); ++i) {
-                diff = std::max(diff, static_cast<double>(std::abs(out[i] - pre[i])));
-                err = std::max(err, std::abs(out[i] - ref[t * Hq * Dv + i]));
+                diff = posenc_test::worst_of(diff, static_cast<double>(std::abs(out[i] - pre[i])));
+                err = posenc_test::worst_of(err, std::abs(out[i] - ref[t * Hq * Dv + i]));
             }
             CHECK(diff <= 2e-6 * max_abs(p.v));  // 4 rows: the dot-product QKᵀ path, float rounding
             CHECK(err <= 2e-6 * max_abs(p.v));
@@ -270,7 +270,7 @@ TEST_CASE("kv_cache: decode after a context shift equals a fresh prefill at the 
         posenc::attention(posenc::attention_encoding{rope}, hv(q1, 1, Hq, D), cache, hv(out, 1, Hq, Dv),
                           posenc::position_ids::consecutive(static_cast<std::int64_t>(n + t), 1), posenc::causal_mask{});
         for (std::size_t i = 0; i < out.size(); ++i, ++compared)
-            err = std::max(err, std::abs(out[i] - ref[t * Hq * Dv + i]));
+            err = posenc_test::worst_of(err, std::abs(out[i] - ref[t * Hq * Dv + i]));
     }
     REQUIRE(compared == 3 * Hq * Dv);
     CHECK(err <= 1e-5 * max_abs(fresh.v));

@@ -31,7 +31,7 @@ double worst_pair_error(const std::vector<float>& x, const float* got, std::size
     for (std::size_t i = 0; i < d / 2; ++i) {
         const std::size_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + d / 2;
         const double len = amplitude * std::hypot(xd[a], xd[b]) + 1e-30;
-        worst = std::max({worst, std::abs(got[a] - ref[a]) / len, std::abs(got[b] - ref[b]) / len});
+        worst = posenc_test::worst_of(posenc_test::worst_of(worst, std::abs(got[a] - ref[a]) / len), std::abs(got[b] - ref[b]) / len);
     }
     return worst;
 }

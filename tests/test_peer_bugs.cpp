@@ -166,7 +166,7 @@ TEST_CASE("peer bug 6: cos/sin caches at float precision or better (HF golden ro
                     rope.apply(v, std::vector<std::int64_t>{positions[t]});
                 const auto want = out.at(t).get<std::vector<double>>();
                 double worst = 0;
-                for (std::size_t j = 0; j < d; ++j) worst = std::max(worst, std::abs(x[j] - want[j]));
+                for (std::size_t j = 0; j < d; ++j) worst = posenc_test::worst_of(worst, std::abs(x[j] - want[j]));
                 INFO(id << " position " << positions[t] << " table " << use_table);
                 CHECK(worst <= 2e-6);
                 ++compared;
@@ -333,7 +333,7 @@ TEST_CASE("peer bug 12: per-layer RoPE (Gemma-3 local vs global layers)", "[peer
         rope.apply(posenc::heads_view<float>(std::span<float>(y), {1, 1, d}), std::vector<std::int64_t>{5000});
         const auto want = posenc_test::reference_rotate(xd, d, false, global ? global_inv : local_inv, 5000);
         double worst = 0;
-        for (std::size_t j = 0; j < d; ++j) worst = std::max(worst, std::abs(y[j] - want[j]));
+        for (std::size_t j = 0; j < d; ++j) worst = posenc_test::worst_of(worst, std::abs(y[j] - want[j]));
         CHECK(worst <= 1e-5);
         (global ? globals : locals) += 1;
     }

@@ -39,7 +39,7 @@ std::vector<double> reference_row(std::size_t d, posenc::sinusoidal_form form, d
 double max_row_error(const std::vector<float>& a, const std::vector<double>& b) {
     if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
     double m = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+    for (std::size_t i = 0; i < a.size(); ++i) m = posenc_test::worst_of(m, std::abs(a[i] - b[i]));
     return m;
 }
 
@@ -114,7 +114,7 @@ TEST_CASE("sinusoidal PE(p + k) is a fixed rotation of PE(p)", "[sinusoidal][pro
                     const double c = std::cos(static_cast<double>(k) * w[i]), s = std::sin(static_cast<double>(k) * w[i]);
                     const double sin_next = c * a[js] + s * a[jc];
                     const double cos_next = -s * a[js] + c * a[jc];
-                    worst = std::max({worst, std::abs(sin_next - b[js]), std::abs(cos_next - b[jc])});
+                    worst = posenc_test::worst_of(posenc_test::worst_of(worst, std::abs(sin_next - b[js])), std::abs(cos_next - b[jc]));
                 }
                 CHECK(worst <= 2e-6);
             }

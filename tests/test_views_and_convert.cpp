@@ -84,7 +84,7 @@ TEST_CASE("weight permutation: half_split(P W x) == P interleaved(W x)", "[conve
         auto q_wrong = posenc_test::matvec(W, x);
         posenc::rotary<posenc::half_split>(dims, f).apply(posenc::heads_view<float>(std::span<float>(q_wrong), {1, H, D}), pos);
         double worst = 0;
-        for (std::size_t i = 0; i < Pq.size(); ++i) worst = std::max(worst, double(std::abs(Pq[i] - q_wrong[i])));
+        for (std::size_t i = 0; i < Pq.size(); ++i) worst = posenc_test::worst_of(worst, double(std::abs(Pq[i] - q_wrong[i])));
         CHECK(worst > 0.1);
 
         // The inverse permutation restores the weights exactly.

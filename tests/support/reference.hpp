@@ -7,9 +7,18 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 namespace posenc_test {
+
+/// The larger of a running worst case m and a new difference d, NaN once either is NaN. (std::max(m, d)
+/// returns m for a NaN d, so a NaN lane would pass every later `<= tolerance` check.) Every running
+/// worst-case difference in the tests folds through this.
+template <class T>
+constexpr T worst_of(T m, std::type_identity_t<T> d) noexcept {
+    return (d > m || d != d) ? d : m;
+}
 
 /// Rotates one head (double) by angle p·inv[i] per pair, amplitude a; `interleaved` selects pairs
 /// (2i, 2i+1), otherwise (i, i + r/2). Lanes ≥ r untouched.
@@ -47,7 +56,7 @@ inline double worst_pair_ulps(const std::vector<float>& x, const std::vector<flo
             const std::size_t i1 = base + (interleaved ? 2 * i : i), i2 = base + (interleaved ? 2 * i + 1 : i + r / 2);
             const auto m = static_cast<float>(std::hypot(double(x[i1]), double(x[i2])) * amplitude);
             const double ulp = std::max(double(std::nextafter(m, 3e38f) - m), 1e-38);
-            worst = std::max({worst, std::abs(double(got[i1]) - ref[i1]) / ulp, std::abs(double(got[i2]) - ref[i2]) / ulp});
+            worst = worst_of(worst_of(worst, std::abs(double(got[i1]) - ref[i1]) / ulp), std::abs(double(got[i2]) - ref[i2]) / ulp);
         }
         for (std::size_t j = base + r; j < base + head_dim; ++j)
             if (got[j] != x[j]) return 1e300;
@@ -63,19 +72,19 @@ inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float
     return v;
 }
 
-// Both differences are NaN when the sizes differ, so that every comparison with them fails (a
-// `<= tolerance` check and a `> tolerance` one alike).
+// Both differences are NaN when the sizes differ or some element of a or b is NaN, so that every
+// comparison with them fails (a `<= tolerance` check and a `> tolerance` one alike).
 inline double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
     if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
     double m = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+    for (std::size_t i = 0; i < a.size(); ++i) m = worst_of(m, std::abs(a[i] - b[i]));
     return m;
 }
 
 inline double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
     if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
     double m = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]) / std::abs(b[i]));
+    for (std::size_t i = 0; i < a.size(); ++i) m = worst_of(m, a[i] == b[i] ? 0.0 : std::abs(a[i] - b[i]) / std::abs(b[i]));  // 0/0: equal zeros
     return m;
 }
 
@@ -99,7 +108,7 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
 
 inline double max_abs(const std::vector<float>& x) {
     double m = 0;
-    for (float f : x) m = std::max(m, static_cast<double>(std::abs(f)));
+    for (float f : x) m = worst_of(m, static_cast<double>(std::abs(f)));  // NaN data: a NaN scale
     return m;
 }
 
