@@ -55,6 +55,9 @@ auto cache_for(const E& e) {
 
 using matrix = std::vector<float>;  // row-major
 
+/// The larger of m and d, NaN once either is (std::max(m, NaN) is m: a NaN would pass the check).
+double worse(double m, double d) { return d > m || d != d ? d : m; }
+
 matrix random_matrix(std::size_t rows, std::size_t cols, std::mt19937& gen) {
     std::normal_distribution<float> dist(0.0f, 1.0f / std::sqrt(static_cast<float>(rows)));
     matrix m(rows * cols);
@@ -135,7 +138,7 @@ int main() {
                         posenc::attention(encoding_of(e), heads(q, n, Hq), heads(kr, cache.size(), Hkv),
                                           heads(vc, cache.size(), Hkv), heads(ref, n, Hq), pos, cache.positions(), e.mask);
                         for (std::size_t i = 0; i < out.size(); ++i)
-                            *fresh_err = std::max(*fresh_err, static_cast<double>(std::abs(out[i] - ref[i])));
+                            *fresh_err = worse(*fresh_err, static_cast<double>(std::abs(out[i] - ref[i])));
                     }
                     for (std::size_t i = 0; i < x.size(); ++i) x[i] += out[i];
                 },
@@ -146,13 +149,13 @@ int main() {
     matrix x(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(prompt * d_model));
     step(x, prompt, posenc::position_ids::consecutive(0, prompt), nullptr);
     double decode_err = 0;
-    for (std::size_t i = 0; i < prompt * d_model; ++i) decode_err = std::max(decode_err, static_cast<double>(std::abs(x[i] - full[i])));
+    for (std::size_t i = 0; i < prompt * d_model; ++i) decode_err = worse(decode_err, static_cast<double>(std::abs(x[i] - full[i])));
     std::size_t t = prompt;
     for (; t < total && t < capacity; ++t) {
         matrix xt(tokens.begin() + static_cast<std::ptrdiff_t>(t * d_model), tokens.begin() + static_cast<std::ptrdiff_t>((t + 1) * d_model));
         step(xt, 1, posenc::position_ids::consecutive(static_cast<std::int64_t>(t), 1), nullptr);
         for (std::size_t i = 0; i < d_model; ++i)
-            decode_err = std::max(decode_err, static_cast<double>(std::abs(xt[i] - full[t * d_model + i])));
+            decode_err = worse(decode_err, static_cast<double>(std::abs(xt[i] - full[t * d_model + i])));
     }
     std::printf("RNoPE-SWA, %zu layers: prefill %zu + decode %zu tokens, max |decode - prefill| = %.3g\n", layers.size(),
                 prompt, t - prompt, decode_err);

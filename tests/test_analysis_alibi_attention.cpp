@@ -61,7 +61,7 @@ comparison compare(std::size_t T, std::int64_t offset, double phase) {
         const double reach = std::min(pair.theta * static_cast<double>(offset + window), 1.0);  // ≥ |sin α|, |sin β|
         const double n = emulated_hd;
         const double float_part = std::ldexp(1.0, -24) * ((2 * n + 4) * slopes[h] / pair.theta * reach + n * 64 / 8.0);
-        eps = std::max(eps, an::alibi_rope_max_deviation(pair, slopes[h], hd, window) + float_part);
+        eps = posenc_test::worst_of(eps, an::alibi_rope_max_deviation(pair, slopes[h], hd, window) + float_part);
         for (std::size_t t = 0; t < T; ++t) {
             float* qr = qe.data() + (t * heads + h) * emulated_hd;
             float* kr = ke.data() + (t * heads + h) * emulated_hd;

@@ -240,13 +240,12 @@ TEST_CASE("long prefills: recurrence rows equal direct per-position rows", "[rop
     // explicit positions compute each row directly. A head whose first half is 1 and second half 0
     // (half_split) comes out as the float row [a·cos | a·sin] itself, so the two paths are compared
     // value by value. θᵢ = (2i + 1)/64 makes every angle p·θᵢ exact in double, so the direct rows
-    // carry no angle rounding: any difference is the recurrence's own drift. Its step (cos θ, sin θ)
-    // comes from the kernels' Taylor series (error up to ~7e-12), so after ≤ 31 steps a row value
-    // is off by up to ~2e-10: invisible at the pair-length scale (≪ 1 float ulp of 1), but it flips
-    // the rounding of some values and puts small ones more than 1 ulp (of the value) away.
-    // Measured here over 16.8M values (x86-64, g++ 12): re-seed every 32 → 5778 values differ from
-    // the direct rows, 444 are > 1 ulp from the closed form; every 960 (30×) → 101586 and 12883.
-    // Bounds: about twice the first. (Issue 8's batch invariance is to make the two paths equal.)
+    // carry no angle rounding. A recurrence value is used only where it provably rounds to the direct
+    // row's float (kernels.hpp, consecutive_rows), so the two paths agree bit for bit, and both lie
+    // within 1 ulp of the closed form. (Before that check, with an earlier step computation, 5778 of
+    // these 16.8M values differed and 444 were more than 1 ulp from the closed form. With exact angles
+    // the recurrence now matches even without the check, so the check itself is guarded by the
+    // batch-invariance tests in test_engine.cpp, whose angles round.)
     const std::size_t D = 128, T = 8192;
     std::vector<double> inv(D / 2);
     for (std::size_t i = 0; i < inv.size(); ++i) inv[i] = static_cast<double>(2 * i + 1) / 64.0;
@@ -256,7 +255,9 @@ TEST_CASE("long prefills: recurrence rows equal direct per-position rows", "[rop
     for (std::size_t t = 0; t < T; ++t)
         for (std::size_t j = 0; j < D / 2; ++j) unit[t * D + j] = 1.0f;
     std::size_t values = 0, differ = 0, rec_far = 0, direct_far = 0;
-    auto far = [](float got, float want) { return std::abs(got - want) > std::nextafter(std::abs(want), 2.0f) - std::abs(want); };
+    auto far = [](float got, float want) {  // more than an ulp of want away, or NaN
+        return !(std::abs(got - want) <= std::nextafter(std::abs(want), 2.0f) - std::abs(want));
+    };
     for (std::int64_t start : {std::int64_t{0}, std::int64_t{100'013}, std::int64_t{1'000'000}, std::int64_t{7'777'777}}) {
         for (std::size_t chunk = 0; chunk < 4; ++chunk) {
             const std::int64_t first = start + static_cast<std::int64_t>(chunk * T);
@@ -281,8 +282,8 @@ TEST_CASE("long prefills: recurrence rows equal direct per-position rows", "[rop
     REQUIRE(values == 4 * 4 * T * D);
     INFO("of " << values << " row values: " << differ << " differ between the recurrence and direct rows, " << rec_far
                << " recurrence and " << direct_far << " direct ones are more than 1 ulp from the closed form");
-    CHECK(differ <= 12000);
-    CHECK(rec_far <= 1000);
+    CHECK(differ == 0);
+    CHECK(rec_far == 0);
     CHECK(direct_far == 0);
 }
 

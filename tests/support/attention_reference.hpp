@@ -74,12 +74,12 @@ inline std::vector<double> reference_attention(const attn_problem& p, const attn
                 double x = m.add_then_scale ? s * (dot + b) : s * dot + b;
                 if (m.softcap > 0) x = m.softcap * std::tanh(x / m.softcap);
                 logit[j] = x;
-                mx = std::max(mx, x);
+                mx = worst_of(mx, x);  // a NaN logit makes the row NaN, not invisible
             }
             if (mx == -std::numeric_limits<double>::infinity()) continue;  // nothing visible: zeros
             double denom = 0;
             if (!m.sinks.empty()) {
-                mx = std::max(mx, m.sinks[h]);
+                mx = worst_of(mx, m.sinks[h]);
                 denom += std::exp(m.sinks[h] - mx);
             }
             std::vector<double> acc(p.Dv, 0.0);

@@ -17,6 +17,7 @@ namespace posenc_test {
 /// worst-case difference in the tests folds through this.
 template <class T>
 constexpr T worst_of(T m, std::type_identity_t<T> d) noexcept {
+    static_assert(std::is_floating_point_v<T>, "a floating-point accumulator (worst_of(0, x) would be int)");
     return (d > m || d != d) ? d : m;
 }
 
@@ -84,7 +85,7 @@ inline double max_abs_diff(const std::vector<double>& a, const std::vector<doubl
 inline double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
     if (a.size() != b.size()) return std::numeric_limits<double>::quiet_NaN();
     double m = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) m = worst_of(m, a[i] == b[i] ? 0.0 : std::abs(a[i] - b[i]) / std::abs(b[i]));  // 0/0: equal zeros
+    for (std::size_t i = 0; i < a.size(); ++i) m = worst_of(m, a[i] == b[i] ? 0.0 : std::abs(a[i] - b[i]) / std::abs(b[i]));  // equal elements (zeros too): 0, not 0/0
     return m;
 }
 
