@@ -3,6 +3,7 @@
 // architecture this CPU has (forced), against references written here in double.
 #include <posenc/posenc.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cfloat>
 #include <cmath>
@@ -332,11 +333,11 @@ TEST_CASE("apply_into converts float to bf16 on the way, and rejects overlapping
 
     std::vector<float> buf(2 * T * H * D, 1.0f), before = buf;
     posenc::heads_view<float> a(buf.data(), {T, H, D}), b(buf.data() + D, {T, H, D}, {2 * H * D, D});
-    posenc_test::expect_config_error([&] { rope.apply_into(a, b, posenc::position_ids::consecutive(0, T)); }, "q_dst",
+    posenc_test::expect_config_error([&] { rope.apply_into(a, b, posenc::position_ids::consecutive(0, T)); }, "dst",
                                      "overlapping");
     posenc::heads_view<float> small(buf.data() + T * H * D, {T, 1, D});
     posenc_test::expect_config_error([&] { rope.apply_into(a, small, posenc::position_ids::consecutive(0, T)); },
-                                     "q_dst shape", "9x1x64");
+                                     "dst shape", "9x1x64");
     CHECK(buf == before);
 }
 
@@ -715,6 +716,39 @@ TEST_CASE("apply_normed: the public API equals normalising and then rotating, an
         },
         "k_norm.weight", "64");
     CHECK(q == before);
+}
+
+TEST_CASE("apply_normed_into: from a table or on the fly, the in-place result written elsewhere", "[norm][out_of_place]") {
+    const std::size_t T = 9, HQ = 4, HK = 2, D = 64;
+    posenc::rotary<posenc::interleaved> rope({.head_dim = D}, posenc::default_rope{.base = 500000});
+    const auto table = rope.table(40);
+    const posenc::head_rms_norm qn(random_floats(D, 61, 0.3f), 1e-6), kn(random_floats(D, 62, 0.3f), 1e-5, posenc::rms_weight::offset_one);
+    const auto q = random_floats(T * HQ * D, 63), k = random_floats(T * HK * D, 64);
+    const auto pos = posenc::position_ids::consecutive(30, T);
+    // The reference: the in-place fused call on copies (its own tests hold it to the closed form).
+    auto q_in = q, k_in = k;
+    rope.apply_normed(qn, posenc::heads_view<float>(std::span<float>(q_in), {T, HQ, D}), kn,
+                      posenc::heads_view<float>(std::span<float>(k_in), {T, HK, D}), pos);
+    for (const bool from_table : {false, true}) {
+        CAPTURE(from_table);
+        std::vector<float> q_out(q.size()), k_out(k.size());
+        const posenc::heads_view<const float> qs(std::span<const float>(q), {T, HQ, D}), ks(std::span<const float>(k), {T, HK, D});
+        const posenc::heads_view<float> qd(std::span<float>(q_out), {T, HQ, D}), kd(std::span<float>(k_out), {T, HK, D});
+        if (from_table)
+            rope.apply_normed_into(table, qn, qs, qd, kn, ks, kd, pos);
+        else
+            rope.apply_normed_into(qn, qs, qd, kn, ks, kd, pos);
+        CHECK(q_out == q_in);  // bit for bit: a table built from the same frequencies
+        CHECK(k_out == k_in);
+        // A position past the table: range_error, nothing written.
+        if (from_table) {
+            const auto zero_q = std::vector<float>(q.size(), 0.0f);
+            std::fill(q_out.begin(), q_out.end(), 0.0f);
+            CHECK_THROWS_AS(rope.apply_normed_into(table, qn, qs, qd, kn, ks, kd, posenc::position_ids::consecutive(32, T)),
+                            posenc::range_error);
+            CHECK(q_out == zero_q);
+        }
+    }
 }
 
 // ---- xPos in 16-bit storage, in and out of place ----------------------------------------------------

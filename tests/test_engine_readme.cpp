@@ -2,7 +2,6 @@
 // ctest engine_readme_snippets checks that every ```cpp block of that section appears in this file).
 #include <posenc/posenc.hpp>
 
-#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -44,19 +43,21 @@ TEST_CASE("README snippets: using posenc inside an engine", "[readme][engine]") 
     // --- cache ---
     std::vector<posenc::bf16> k_cache(max_tokens * kv_heads * head_dim);  // [max_tokens, kv_heads, head_dim]
     posenc::heads_view<const float> k_proj(std::span<const float>(k), {tokens, kv_heads, head_dim});
-    posenc::heads_view<posenc::bf16> slot(k_cache.data() + cache_len * kv_heads * head_dim,
-                                          {tokens, kv_heads, head_dim});
+    posenc::heads_view<posenc::bf16> slot(std::span<posenc::bf16>(k_cache).subspan(cache_len * kv_heads * head_dim),
+                                          {tokens, kv_heads, head_dim});  // checked: a slot past the cache throws
     rope.apply_into(table, k_proj, slot, pos);  // float → rotated → bf16, one read, one write
     // --- end ---
+    const std::span<posenc::bf16> last_slot = std::span<posenc::bf16>(k_cache).subspan((max_tokens - 1) * kv_heads * head_dim);
+    CHECK_THROWS_AS(posenc::heads_view<posenc::bf16>(last_slot, {tokens, kv_heads, head_dim}), posenc::range_error);
 
     // --- determinism ---
     std::vector<float> k_decode(k.begin() + 7 * kv_heads * head_dim, k.begin() + 8 * kv_heads * head_dim);
     rope.apply(posenc::heads_view<float>(std::span<float>(k_decode), {1, kv_heads, head_dim}),
                posenc::position_ids::consecutive(cache_len + 7, 1));  // token 7 alone, cos/sin on the fly
     rope.apply(kv, pos);                                              // all 300 tokens in one call
-    assert(std::memcmp(k_decode.data(), k.data() + 7 * kv_heads * head_dim, k_decode.size() * sizeof(float)) == 0);
+    const bool same = std::memcmp(k_decode.data(), k.data() + 7 * kv_heads * head_dim, k_decode.size() * sizeof(float)) == 0;  // true
     // --- end ---
-    CHECK(std::memcmp(k_decode.data(), k.data() + 7 * kv_heads * head_dim, k_decode.size() * sizeof(float)) == 0);
+    CHECK(same);
 
     // --- threads ---
     rope.set_threads(8);  // large calls are split into up to 8 slices of tokens

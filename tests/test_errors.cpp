@@ -80,14 +80,79 @@ TEST_CASE("mismatched views, positions and tables are errors before any write", 
     const auto original = posenc_test::random_floats(2 * 64 * 2, 4);
     std::vector<float> buf = original;
     posenc::heads_view<float> v(std::span<float>(buf), {2, 2, 64});
-    expect_config_error([&] { rope.apply(v, std::vector<std::int64_t>{1, 2, 3}); }, "q.tokens", "2");
+    expect_config_error([&] { rope.apply(v, std::vector<std::int64_t>{1, 2, 3}); }, "x.tokens", "2");
     posenc::heads_view<float> wide(std::span<float>(buf), {2, 1, 128});
-    expect_config_error([&] { rope.apply(wide, std::vector<std::int64_t>{1, 2}); }, "q.head_dim", "128");
+    expect_config_error([&] { rope.apply(wide, std::vector<std::int64_t>{1, 2}); }, "x.head_dim", "128");
     expect_config_error([&] { rope.apply(v, wide, std::vector<std::int64_t>{1, 2}); }, "k.head_dim", "128");
     const posenc::rotary<posenc::interleaved> other({.head_dim = 64}, posenc::default_rope{.base = 500000});
     const auto other_table = other.table(10);
     expect_config_error([&] { rope.apply(other_table, v, std::vector<std::int64_t>{1, 2}); }, "table", "32");
     CHECK(buf == original);
+}
+
+TEST_CASE("errors name each view as the call's parameters do, whichever tensor it holds", "[errors]") {
+    // An engine rotating K through a single-view call must not read "q" in the error.
+    const std::size_t T = 3, H = 2, D = 32;
+    const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+    const auto table = rope.table(16);
+    std::vector<float> a(T * H * D, 0.5f), b(T * H * D, 0.25f), c(T * H * D), d(T * H * D);
+    const auto before_a = a, before_b = b;
+    auto view = [&](std::vector<float>& v, std::size_t t, std::size_t h, std::size_t dim) {
+        return posenc::heads_view<float>(std::span<float>(v), {t, h, dim});
+    };
+    auto src = [&](std::vector<float>& v, std::size_t t, std::size_t h, std::size_t dim) {
+        return posenc::heads_view<const float>(view(v, t, h, dim));
+    };
+    const auto pos = posenc::position_ids::consecutive(0, T);
+    expect_config_error([&] { rope.apply(table, view(a, T - 1, H, D), pos); }, "x.tokens", "2");
+    expect_config_error([&] { rope.apply(view(a, T, H, D), view(b, T - 1, H, D), pos); }, "k.tokens", "2");
+    expect_config_error([&] { rope.apply_into(table, src(a, T, H, D), view(c, T, H - 1, D), pos); }, "dst shape", "3x1x32");
+    expect_config_error([&] { rope.apply_into(src(a, T, H, D / 2), view(c, T, H, D / 2), pos); }, "src.head_dim", "16");
+    expect_config_error([&] { rope.apply_into(src(a, T - 1, H, D), view(c, T - 1, H, D), src(b, T, H, D), view(d, T, H, D), pos); },
+                        "q_src.tokens", "2");
+    expect_config_error([&] { rope.apply_into(src(a, T, H, D), view(c, T, H, D), src(b, T, H, D), view(d, T, 1, D), pos); },
+                        "k_dst shape", "3x1x32");
+    const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, posenc::xpos{});
+    expect_config_error([&] { xp.apply_keys(view(a, T - 1, H, D), pos); }, "k.tokens", "2");
+    CHECK(a == before_a);
+    CHECK(b == before_b);
+}
+
+TEST_CASE("empty views are checked like others, and Q and K of one in-place call must be different memory", "[errors]") {
+    const std::size_t T = 4, H = 2, D = 16;
+    const posenc::rotary<posenc::interleaved> rope({.head_dim = D}, posenc::default_rope{});
+    std::vector<float> q(T * H * D, 0.5f), k(T * H * D, 0.25f);
+    const auto q0 = q, k0 = k;
+    const auto pos = posenc::position_ids::consecutive(3, T);
+    // Zero heads is an empty view (no rows, so no stride to check): a no-op for a call of T positions.
+    const posenc::heads_view<float> no_heads(std::span<float>(q), {T, 0, D});
+    CHECK(no_heads.empty());
+    rope.apply(no_heads, pos);
+    CHECK(q == q0);
+    // An empty view whose token count is not the call's is the caller's bug, not a no-op.
+    expect_config_error([&] { rope.apply(posenc::heads_view<float>(std::span<float>(q), {0, H, D}), pos); }, "x.tokens", "0");
+    expect_config_error([&] { rope.apply(posenc::heads_view<float>(std::span<float>(q), {1, 0, D}), pos); }, "x.tokens", "1");
+    expect_config_error([&] { rope.apply(posenc::heads_view<float>(std::span<float>(q), {T, 0, 2 * D}), pos); }, "x.head_dim", "32");
+    // The same memory as Q and K would be rotated twice: rejected before anything is written, for every
+    // in-place form (on the fly, table, fused norm, 16-bit, xPos). Q and K inside one fused row stay legal.
+    const posenc::heads_view<float> qv(std::span<float>(q), {T, H, D});
+    expect_config_error([&] { rope.apply(qv, qv, pos); }, "k", "the memory of q");
+    expect_config_error([&] { rope.apply(rope.table(8), qv, qv, pos); }, "k", "the memory of q");
+    const posenc::head_rms_norm norm(std::vector<float>(D, 1.0f), 1e-6);
+    expect_config_error([&] { rope.apply_normed(norm, qv, norm, qv, pos); }, "k", "the memory of q");
+    std::vector<posenc::bf16> q16(T * H * D, posenc::bf16(0.5f));
+    const auto q16_0 = q16;
+    const posenc::heads_view<posenc::bf16> q16v(std::span<posenc::bf16>(q16), {T, H, D});
+    expect_config_error([&] { rope.apply(q16v, q16v, pos); }, "k", "the memory of q");
+    const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, posenc::xpos{});
+    expect_config_error([&] { xp.apply(qv, qv, pos); }, "k", "the memory of q");
+    CHECK(q == q0);
+    CHECK(q16 == q16_0);
+    std::vector<float> fused(T * 3 * H * D, 0.5f);  // [token][q heads | k heads | v heads]
+    const posenc::heads_view<float> fq(fused.data(), {T, H, D}, {.token = 3 * H * D}), fk(fused.data() + H * D, {T, H, D}, {.token = 3 * H * D});
+    rope.apply(fq, fk, pos);
+    CHECK(fused[0] != 0.5f);
+    CHECK(k == k0);
 }
 
 TEST_CASE("views that do not fit their buffer or overlap are rejected", "[errors]") {

@@ -263,9 +263,9 @@ TEST_CASE("M-RoPE: bad sections, positions and tables are errors before anything
     unchanged();
     // Out of place onto the source: rejected.
     expect_config_error([&] { rope.apply_into(posenc::heads_view<const float>(buf.qv(T)), buf.qv(T), posenc::position_ids(t)); },
-                        "q_dst", "overlapping");
+                        "dst", "overlapping");
     unchanged();
     // Views of another head_dim or token count.
-    expect_config_error([&] { rope.apply(buf.qv(T), posenc::position_ids::consecutive(0, 3)); }, "q.tokens", "4");
+    expect_config_error([&] { rope.apply(buf.qv(T), posenc::position_ids::consecutive(0, 3)); }, "x.tokens", "4");
     unchanged();
 }

@@ -166,14 +166,15 @@ TEST_CASE("xPos apply(q, k) equals apply_queries + apply_keys, rows are [cos*sca
 
 TEST_CASE("xPos scales outside float range throw before anything is written", "[xpos][errors]") {
     const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = 64}, posenc::xpos{});
-    auto q = posenc_test::random_floats(2 * 64, 3u);
-    const auto before = q;
+    auto q = posenc_test::random_floats(2 * 64, 3u), k = posenc_test::random_floats(2 * 64, 4u);
+    const auto before = q, k_before = k;
     const std::vector<std::int64_t> far{10, 100000};
     CHECK_THROWS_AS(xp.apply_keys(posenc::heads_view<float>(std::span<float>(q), {2, 1, 64}), far), posenc::range_error);
     CHECK_THROWS_AS(xp.apply(posenc::heads_view<float>(std::span<float>(q), {2, 1, 64}),
-                             posenc::heads_view<float>(std::span<float>(q), {2, 1, 64}), far),
+                             posenc::heads_view<float>(std::span<float>(k), {2, 1, 64}), far),
                     posenc::range_error);
     CHECK(q == before);
+    CHECK(k == k_before);
     // The same positions work with a center near them.
     const posenc::xpos_rotary<posenc::half_split> centered({.head_dim = 64}, posenc::xpos{.center = 50000});
     centered.apply_keys(posenc::heads_view<float>(std::span<float>(q), {2, 1, 64}), posenc::position_ids::consecutive(49990, 2));

@@ -2,8 +2,9 @@
 // position_ids: the integer position of each token, borrowed from the caller (int64 or int32, as
 // engines store them) or an arithmetic run start, start+1, … that needs no memory. It is a view, like
 // std::span: passing a temporary vector straight to a call is fine, keeping a position_ids made from
-// one is not. Positions are integers on purpose: a float position loses exactness past 2^24 (and
-// fp16 past 2048). Angles are formed as double(position)·θ, exact in the position up to 2^53.
+// one is not (clang warns, -Wdangling). Positions are integers on purpose: a float position loses
+// exactness past 2^24 (and fp16 past 2048). Angles are formed as double(position)·θ, exact in the
+// position up to 2^53.
 
 #include <cassert>
 #include <cstddef>
@@ -15,14 +16,26 @@
 
 #include "posenc/core/errors.hpp"
 
+// Clang warns (-Wdangling) when a position_ids made from a temporary vector outlives it.
+#if defined(__has_cpp_attribute)
+#if __has_cpp_attribute(clang::lifetimebound)
+#define POSENC_LIFETIMEBOUND [[clang::lifetimebound]]
+#endif
+#endif
+#ifndef POSENC_LIFETIMEBOUND
+#define POSENC_LIFETIMEBOUND
+#endif
+
 namespace posenc {
 
 class position_ids {
 public:
     position_ids(std::span<const std::int64_t> p) : p64_(p.data()), size_(p.size()) {}  // NOLINT
     position_ids(std::span<const std::int32_t> p) : p32_(p.data()), size_(p.size()) {}  // NOLINT
-    position_ids(const std::vector<std::int64_t>& p) : position_ids(std::span<const std::int64_t>(p)) {}  // NOLINT
-    position_ids(const std::vector<std::int32_t>& p) : position_ids(std::span<const std::int32_t>(p)) {}  // NOLINT
+    position_ids(const std::vector<std::int64_t>& p POSENC_LIFETIMEBOUND)  // NOLINT
+        : position_ids(std::span<const std::int64_t>(p)) {}
+    position_ids(const std::vector<std::int32_t>& p POSENC_LIFETIMEBOUND)  // NOLINT
+        : position_ids(std::span<const std::int32_t>(p)) {}
 
     /// start, start+1, …, start+count-1 (prefill from an offset; decode with count = 1).
     [[nodiscard]] static position_ids consecutive(std::int64_t start, std::size_t count) {
@@ -84,3 +97,5 @@ private:
 };
 
 }  // namespace posenc
+
+#undef POSENC_LIFETIMEBOUND

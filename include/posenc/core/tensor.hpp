@@ -53,6 +53,7 @@ public:
         detail::require(shape.head_dim > 0, "head_dim", shape.head_dim, "must be > 0");
         detail::require(data != nullptr || shape.tokens == 0 || shape.heads == 0, "data", "null",
                         "a non-empty view needs memory");
+        if (shape.tokens == 0 || shape.heads == 0) return;  // no rows: an empty view, whatever the strides
         // Rows (one head of one token) must not overlap, whichever of the two strides is inner.
         const bool heads_inner = head_stride_ <= token_stride_;
         const std::size_t inner = heads_inner ? head_stride_ : token_stride_;

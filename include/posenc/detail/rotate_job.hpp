@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "posenc/core/dtypes.hpp"
 #include "posenc/core/positions.hpp"
@@ -84,11 +85,25 @@ struct rotate_job {
     }
 };
 
+/// The names a call's views go by in its errors: its parameters' names ("q", "k"; "x" for a single
+/// view; out of place "src" and "dst", or "q_src", "q_dst", "k_src", "k_dst").
+struct view_names {
+    std::string_view src, dst;
+};
+
+/// No view at all: a default-constructed heads_view (the other view of a single-view call, or a view
+/// the caller leaves out). Any other view is checked, an empty one too: {0 tokens} for a call of five
+/// positions is a caller's bug, not a no-op.
+template <class T>
+[[nodiscard]] bool absent(const heads_view<T>& v) noexcept {
+    return v.data() == nullptr && v.tokens() == 0 && v.heads() == 0;
+}
+
 /// A Q or K view for a call: head_dim as the encoding's, one token per position. Builds its
 /// messages only on failure (it runs on every call).
 template <class T>
 void require_view(const heads_view<T>& v, std::string_view name, std::size_t tokens, std::size_t head_dim) {
-    if (v.empty()) return;
+    if (absent(v)) return;
     if (v.head_dim() != head_dim)
         throw config_error(std::string(name) + ".head_dim", to_text(v.head_dim()),
                            "must equal the encoding's head_dim = " + to_text(head_dim));
@@ -106,20 +121,32 @@ template <class T>
     return {b, b + last * sizeof(T)};
 }
 
+/// The two views of an in-place call with Q and K: each a view for the call, and not the same memory
+/// (each would be rotated twice). Other overlaps are not detected: Q and K of a fused QKV row
+/// interleave in memory without sharing an element, so their byte ranges cannot tell.
+template <class T>
+void require_in_place_views(const heads_view<T>& q, const heads_view<T>& k, std::size_t tokens, std::size_t head_dim,
+                            std::string_view q_name) {
+    require_view(q, q_name, tokens, head_dim);
+    require_view(k, "k", tokens, head_dim);
+    if (!q.empty() && !k.empty() && q.data() == k.data())
+        throw config_error("k", "the memory of q", "Q and K of one call must be different memory (each would be rotated twice)");
+}
+
 /// An out-of-place source and destination: same shape, and not overlapping (an in-place call is
 /// the in-place API). Checked by the byte ranges the two views span.
 template <class S, class D>
-void require_out_of_place(const heads_view<const S>& src, const heads_view<D>& dst, std::string_view name) {
-    if (src.empty() && dst.empty()) return;
+void require_out_of_place(const heads_view<const S>& src, const heads_view<D>& dst, view_names names) {
+    if (absent(src) && absent(dst)) return;
     if (src.tokens() != dst.tokens() || src.heads() != dst.heads() || src.head_dim() != dst.head_dim())
-        throw config_error(std::string(name) + "_dst shape",
+        throw config_error(std::string(names.dst) + " shape",
                            to_text(dst.tokens()) + "x" + to_text(dst.heads()) + "x" + to_text(dst.head_dim()),
                            "must equal the source's " + to_text(src.tokens()) + "x" + to_text(src.heads()) + "x" +
                                to_text(src.head_dim()));
     const auto [s0, s1] = byte_extent(src);
     const auto [d0, d1] = byte_extent(dst);
     if (s0 < d1 && d0 < s1)
-        throw config_error(std::string(name) + "_dst", "overlapping the source",
+        throw config_error(std::string(names.dst), "overlapping the source",
                            "an out-of-place destination must not overlap its source (use the in-place apply)");
 }
 
@@ -133,6 +160,22 @@ void require_disjoint(const heads_view<A>& a, const heads_view<B>& b, std::strin
     if (a0 != nullptr && b0 != nullptr && a0 < b1 && b0 < a1)
         throw config_error(std::string(a_name), "overlapping " + std::string(b_name),
                            "the views of one call must not overlap");
+}
+
+/// The four views of an out-of-place call (K's pair may be absent): each source a view for the
+/// call, each destination its source's shape, and no destination sharing bytes with another view.
+template <class QS, class QD, class KS, class KD>
+void require_out_of_place_views(const heads_view<const QS>& q_src, const heads_view<QD>& q_dst,
+                                const heads_view<const KS>& k_src, const heads_view<KD>& k_dst, std::size_t tokens,
+                                std::size_t head_dim, view_names q = {"q_src", "q_dst"}) {
+    constexpr view_names k{"k_src", "k_dst"};
+    require_view(q_src, q.src, tokens, head_dim);
+    require_view(k_src, k.src, tokens, head_dim);
+    require_out_of_place(q_src, q_dst, q);
+    require_out_of_place(k_src, k_dst, k);
+    require_disjoint(q_dst, k_src, q.dst, k.src);
+    require_disjoint(q_dst, k_dst, q.dst, k.dst);
+    require_disjoint(k_dst, q_src, k.dst, q.src);
 }
 
 }  // namespace posenc::detail

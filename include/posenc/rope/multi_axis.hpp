@@ -141,10 +141,10 @@ public:
     }
     template <storage_type T>
     void apply(heads_view<T> x, const axis_positions& pos, rotation dir = rotation::forward) const {
-        in_place(nullptr, x, heads_view<T>{}, pos, dir);
+        in_place(nullptr, x, heads_view<T>{}, pos, dir, "x");
     }
     void apply(heads_view<float> x, const axis_positions& pos, rotation dir = rotation::forward) const {
-        in_place<float>(nullptr, x, {}, pos, dir);
+        in_place<float>(nullptr, x, {}, pos, dir, "x");
     }
 
     // ---- in place, rows from a table (checked: every component of every token inside it) ----------
@@ -160,11 +160,11 @@ public:
     template <storage_type T>
     void apply(const cos_sin_table& table, heads_view<T> x, const axis_positions& pos,
                rotation dir = rotation::forward) const {
-        in_place(&table, x, heads_view<T>{}, pos, dir);
+        in_place(&table, x, heads_view<T>{}, pos, dir, "x");
     }
     void apply(const cos_sin_table& table, heads_view<float> x, const axis_positions& pos,
                rotation dir = rotation::forward) const {
-        in_place<float>(&table, x, {}, pos, dir);
+        in_place<float>(&table, x, {}, pos, dir, "x");
     }
 
     // ---- out of place (src → dst, converting float/bf16/fp16; src and dst must not overlap) ---------
@@ -172,13 +172,13 @@ public:
         requires storage_type<std::remove_const_t<S>>
     void apply_into(heads_view<S> src, heads_view<D> dst, const axis_positions& pos,
                     rotation dir = rotation::forward) const {
-        out_of_place(nullptr, src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir);
+        out_of_place(nullptr, src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, {"src", "dst"});
     }
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
     void apply_into(const cos_sin_table& table, heads_view<S> src, heads_view<D> dst, const axis_positions& pos,
                     rotation dir = rotation::forward) const {
-        out_of_place(&table, src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir);
+        out_of_place(&table, src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, {"src", "dst"});
     }
     /// Q and K in one call (they share each token's row).
     template <class S1, storage_type D1, class S2, storage_type D2>
@@ -191,27 +191,21 @@ public:
 private:
     template <class T>
     void in_place(const cos_sin_table* table, heads_view<T> q, heads_view<T> k, const axis_positions& pos,
-                  rotation dir) const {
+                  rotation dir, std::string_view q_name = "q") const {
         pos.check(axes_);
-        detail::require_view(q, "q", pos.size(), dims_.head_dim);
-        detail::require_view(k, "k", pos.size(), dims_.head_dim);
+        detail::require_in_place_views(q, k, pos.size(), dims_.head_dim, q_name);
         if (table) check_table(*table, pos);
         execute(detail::job_view::in_place(q), detail::job_view::in_place(k), table, pos, dir);
     }
 
     template <class S1, class D1, class S2, class D2>
     void out_of_place(const cos_sin_table* table, heads_view<S1> q_src, heads_view<D1> q_dst, heads_view<S2> k_src,
-                      heads_view<D2> k_dst, const axis_positions& pos, rotation dir) const {
+                      heads_view<D2> k_dst, const axis_positions& pos, rotation dir,
+                      detail::view_names q_names = {"q_src", "q_dst"}) const {
         const heads_view<const std::remove_const_t<S1>> qs = q_src;
         const heads_view<const std::remove_const_t<S2>> ks = k_src;
         pos.check(axes_);
-        detail::require_view(qs, "q", pos.size(), dims_.head_dim);
-        detail::require_view(ks, "k", pos.size(), dims_.head_dim);
-        detail::require_out_of_place(qs, q_dst, "q");
-        detail::require_out_of_place(ks, k_dst, "k");
-        detail::require_disjoint(q_dst, ks, "q_dst", "k_src");
-        detail::require_disjoint(q_dst, k_dst, "q_dst", "k_dst");
-        detail::require_disjoint(k_dst, qs, "k_dst", "q_src");
+        detail::require_out_of_place_views(qs, q_dst, ks, k_dst, pos.size(), dims_.head_dim, q_names);
         if (table) check_table(*table, pos);
         execute(detail::job_view::out_of_place(qs, q_dst), detail::job_view::out_of_place(ks, k_dst), table, pos, dir);
     }

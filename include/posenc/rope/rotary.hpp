@@ -72,7 +72,7 @@ public:
 
     // ---- angles computed per token: any integer position, negative ones included -------------------
     void apply(heads_view<float> x, position_ids pos, rotation dir = rotation::forward) const {
-        apply(x, {}, pos, dir);
+        execute(in_place_job(x, {}, pos, dir, nullptr, "x"));
     }
     /// dir = rotation::inverse undoes a forward call (rotation by −θ, amplitude divided out), to
     /// float rounding.
@@ -83,7 +83,8 @@ public:
     // ---- cos/sin from a table: checked ---------------------------------------------------------------
     void apply(const cos_sin_table& table, heads_view<float> x, position_ids pos,
                rotation dir = rotation::forward) const {
-        apply(table, x, {}, pos, dir);
+        check_table(table, pos);
+        execute(in_place_job(x, {}, pos, dir, &table, "x"));
     }
     void apply(const cos_sin_table& table, heads_view<float> q, heads_view<float> k, position_ids pos,
                rotation dir = rotation::forward) const {
@@ -94,7 +95,7 @@ public:
     // ---- 16-bit storage (bf16, fp16), in place: computed in float32, rounded once (nearest even) ----
     template <half_storage T>
     void apply(heads_view<T> x, position_ids pos, rotation dir = rotation::forward) const {
-        apply(x, heads_view<T>{}, pos, dir);
+        execute(in_place_job(x, heads_view<T>{}, pos, dir, nullptr, "x"));
     }
     template <half_storage T>
     void apply(heads_view<T> q, heads_view<T> k, position_ids pos, rotation dir = rotation::forward) const {
@@ -102,7 +103,8 @@ public:
     }
     template <half_storage T>
     void apply(const cos_sin_table& table, heads_view<T> x, position_ids pos, rotation dir = rotation::forward) const {
-        apply(table, x, heads_view<T>{}, pos, dir);
+        check_table(table, pos);
+        execute(in_place_job(x, heads_view<T>{}, pos, dir, &table, "x"));
     }
     template <half_storage T>
     void apply(const cos_sin_table& table, heads_view<T> q, heads_view<T> k, position_ids pos,
@@ -118,14 +120,14 @@ public:
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
     void apply_into(heads_view<S> src, heads_view<D> dst, position_ids pos, rotation dir = rotation::forward) const {
-        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, nullptr));
+        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, nullptr, single));
     }
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
     void apply_into(const cos_sin_table& table, heads_view<S> src, heads_view<D> dst, position_ids pos,
                     rotation dir = rotation::forward) const {
         check_table(table, pos);
-        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, &table));
+        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, &table, single));
     }
     /// Q and K in one call (they share each token's cos/sin row).
     template <class S1, storage_type D1, class S2, storage_type D2>
@@ -169,6 +171,16 @@ public:
         attach_norms(job, q_norm, k_norm);
         execute(job);
     }
+    template <class S1, storage_type D1, class S2, storage_type D2>
+        requires storage_type<std::remove_const_t<S1>> && storage_type<std::remove_const_t<S2>>
+    void apply_normed_into(const cos_sin_table& table, const head_rms_norm& q_norm, heads_view<S1> q_src,
+                           heads_view<D1> q_dst, const head_rms_norm& k_norm, heads_view<S2> k_src,
+                           heads_view<D2> k_dst, position_ids pos) const {
+        check_table(table, pos);
+        auto job = out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, &table);
+        attach_norms(job, q_norm, k_norm);
+        execute(job);
+    }
 
     /// Unchecked table path for hot loops. Preconditions (asserted in debug builds): the views match
     /// dims().head_dim and pos.size(), every position is inside the table, the table was built by this
@@ -186,7 +198,7 @@ public:
     template <storage_type T>
     void shift(heads_view<T> x, std::int64_t delta) const {
         auto job = in_place_job(x, heads_view<T>{}, position_ids::constant(delta, x.tokens()), rotation::forward,
-                                nullptr);
+                                nullptr, "x");
         job.amplitude = 1.0;
         execute(job);
     }
@@ -210,11 +222,6 @@ private:
         return v.empty() || (v.head_dim() == dims_.head_dim && v.tokens() == pos.size());
     }
 
-    template <class T>
-    void require_view(const heads_view<T>& v, std::string_view name, std::size_t tokens) const {
-        detail::require_view(v, name, tokens, dims_.head_dim);
-    }
-
     void check_table(const cos_sin_table& table, const position_ids& pos) const {
         if (table.inv_freq() != freq_.inv_freq || table.amplitude() != freq_.attention_factor)
             throw config_error("table", "of " + detail::to_text(table.pairs()) + " pairs",
@@ -222,27 +229,24 @@ private:
         table.check(pos);
     }
 
+    /// The single-view out-of-place forms' names.
+    static constexpr detail::view_names single{"src", "dst"};
+
     template <class T>
     detail::rotate_job in_place_job(heads_view<T> q, heads_view<T> k, const position_ids& pos, rotation dir,
-                                    const cos_sin_table* table) const {
-        require_view(q, "q", pos.size());
-        require_view(k, "k", pos.size());
+                                    const cos_sin_table* table, std::string_view q_name = "q") const {
+        detail::require_in_place_views(q, k, pos.size(), dims_.head_dim, q_name);
         return unchecked_job(detail::job_view::in_place(q), detail::job_view::in_place(k), pos, dir, table);
     }
 
     template <class S1, class D1, class S2, class D2>
     detail::rotate_job out_of_place_job(heads_view<S1> q_src, heads_view<D1> q_dst, heads_view<S2> k_src,
                                         heads_view<D2> k_dst, const position_ids& pos, rotation dir,
-                                        const cos_sin_table* table) const {
+                                        const cos_sin_table* table,
+                                        detail::view_names q_names = {"q_src", "q_dst"}) const {
         const heads_view<const std::remove_const_t<S1>> qs = q_src;
         const heads_view<const std::remove_const_t<S2>> ks = k_src;
-        require_view(qs, "q", pos.size());
-        require_view(ks, "k", pos.size());
-        detail::require_out_of_place(qs, q_dst, "q");
-        detail::require_out_of_place(ks, k_dst, "k");
-        detail::require_disjoint(q_dst, ks, "q_dst", "k_src");
-        detail::require_disjoint(q_dst, k_dst, "q_dst", "k_dst");
-        detail::require_disjoint(k_dst, qs, "k_dst", "q_src");
+        detail::require_out_of_place_views(qs, q_dst, ks, k_dst, pos.size(), dims_.head_dim, q_names);
         return unchecked_job(detail::job_view::out_of_place(qs, q_dst), detail::job_view::out_of_place(ks, k_dst), pos,
                              dir, table);
     }

@@ -161,8 +161,7 @@ public:
     /// Both, at the same positions (prefill). Every check runs before anything is written.
     template <storage_type T>
     void apply(heads_view<T> q, heads_view<T> k, const position_ids& pos) const {
-        require_view(q, "q", pos.size());
-        require_view(k, "k", pos.size());
+        detail::require_in_place_views(q, k, pos.size(), dims_.head_dim, "q");
         const auto q_rows = q.empty() ? std::vector<float>{} : rows(pos, xpos_role::query);
         const auto k_rows = k.empty() ? std::vector<float>{} : rows(pos, xpos_role::key);
         execute(detail::job_view::in_place(q), pos, q_rows);
@@ -196,9 +195,9 @@ private:
     template <class S, class D>
     void run_into(heads_view<S> src, heads_view<D> dst, const position_ids& pos, xpos_role role) const {
         const heads_view<const std::remove_const_t<S>> s = src;
-        const char* name = role == xpos_role::query ? "q" : "k";
-        require_view(s, name, pos.size());
-        detail::require_out_of_place(s, dst, name);
+        const detail::view_names names = role == xpos_role::query ? detail::view_names{"q", "q_dst"} : detail::view_names{"k", "k_dst"};
+        require_view(s, names.src, pos.size());
+        detail::require_out_of_place(s, dst, names);
         if (s.empty()) return;
         execute(detail::job_view::out_of_place(s, dst), pos, rows(pos, role));
     }
