@@ -133,6 +133,9 @@ TEST_CASE("empty views are checked like others, and Q and K of one in-place call
     expect_config_error([&] { rope.apply(posenc::heads_view<float>(std::span<float>(q), {0, H, D}), pos); }, "x.tokens", "0");
     expect_config_error([&] { rope.apply(posenc::heads_view<float>(std::span<float>(q), {1, 0, D}), pos); }, "x.tokens", "1");
     expect_config_error([&] { rope.apply(posenc::heads_view<float>(std::span<float>(q), {T, 0, 2 * D}), pos); }, "x.head_dim", "32");
+    expect_config_error([&] { posenc::nope{}.apply(posenc::heads_view<float>(std::span<float>(q), {0, H, D}), pos); }, "x.tokens", "0");
+    const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, posenc::xpos{});
+    expect_config_error([&] { xp.apply_queries(posenc::heads_view<float>(std::span<float>(q), {0, H, D}), pos); }, "q.tokens", "0");
     // The same memory as Q and K would be rotated twice: rejected before anything is written, for every
     // in-place form (on the fly, table, fused norm, 16-bit, xPos). Q and K inside one fused row stay legal.
     const posenc::heads_view<float> qv(std::span<float>(q), {T, H, D});
@@ -144,7 +147,6 @@ TEST_CASE("empty views are checked like others, and Q and K of one in-place call
     const auto q16_0 = q16;
     const posenc::heads_view<posenc::bf16> q16v(std::span<posenc::bf16>(q16), {T, H, D});
     expect_config_error([&] { rope.apply(q16v, q16v, pos); }, "k", "the memory of q");
-    const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, posenc::xpos{});
     expect_config_error([&] { xp.apply(qv, qv, pos); }, "k", "the memory of q");
     CHECK(q == q0);
     CHECK(q16 == q16_0);

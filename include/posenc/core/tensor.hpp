@@ -96,4 +96,14 @@ private:
     std::size_t head_stride_ = 0;
 };
 
+namespace detail {
+/// No view at all: a default-constructed heads_view (the other view of a single-view call, or a view
+/// the caller leaves out). A call checks every other view, an empty one too: {0 tokens} for a call of
+/// five positions is a caller's bug, not a no-op.
+template <class T>
+[[nodiscard]] bool absent(const heads_view<T>& v) noexcept {
+    return v.data() == nullptr && v.tokens() == 0 && v.heads() == 0;
+}
+}  // namespace detail
+
 }  // namespace posenc

@@ -91,14 +91,6 @@ struct view_names {
     std::string_view src, dst;
 };
 
-/// No view at all: a default-constructed heads_view (the other view of a single-view call, or a view
-/// the caller leaves out). Any other view is checked, an empty one too: {0 tokens} for a call of five
-/// positions is a caller's bug, not a no-op.
-template <class T>
-[[nodiscard]] bool absent(const heads_view<T>& v) noexcept {
-    return v.data() == nullptr && v.tokens() == 0 && v.heads() == 0;
-}
-
 /// A Q or K view for a call: head_dim as the encoding's, one token per position. Builds its
 /// messages only on failure (it runs on every call).
 template <class T>

@@ -38,7 +38,7 @@ namespace posenc {
 namespace detail {
 
 inline void require_tokens(const heads_view<float>& v, std::string_view name, std::size_t tokens) {
-    if (v.empty()) return;
+    if (absent(v)) return;
     require(v.tokens() == tokens, std::string(name) + ".tokens", v.tokens(),
             "must equal the number of positions = " + to_text(tokens));
 }
