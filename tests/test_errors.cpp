@@ -160,6 +160,14 @@ TEST_CASE("empty views are checked like others, and Q and K of one in-place call
 TEST_CASE("views that do not fit their buffer or overlap are rejected", "[errors]") {
     std::vector<float> buf(100);
     CHECK_THROWS_AS(posenc::heads_view<float>(std::span<float>(buf), {2, 1, 64}), posenc::range_error);
+    // The message says which view (its shape and strides) and by how much.
+    try {
+        (void)posenc::heads_view<float>(std::span<float>(buf), {2, 1, 64});
+        FAIL("no range_error");
+    } catch (const posenc::range_error& e) {
+        CHECK(std::string(e.what()).find("2x1x64 (token stride 64, head stride 64) needs 128 elements but the buffer holds 100") !=
+              std::string::npos);
+    }
     expect_config_error([&] { posenc::heads_view<float>(std::span<float>(buf), {2, 1, 32}, {.token = 16}); },
                         "token_stride", "16");
     expect_config_error([&] { posenc::heads_view<float>(std::span<float>(buf), {1, 2, 32}, {.head = 8}); },

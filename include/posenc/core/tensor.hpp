@@ -41,7 +41,9 @@ public:
                                 detail::checked_extent(shape_.heads, head_stride_, shape_.head_dim, "heads_view extent"),
                                 "heads_view extent");
         if (extent > buffer.size())
-            throw range_error("posenc: heads_view needs " + detail::to_text(extent) +
+            throw range_error("posenc: heads_view of " + detail::to_text(shape_.tokens) + "x" + detail::to_text(shape_.heads) +
+                              "x" + detail::to_text(shape_.head_dim) + " (token stride " + detail::to_text(token_stride_) +
+                              ", head stride " + detail::to_text(head_stride_) + ") needs " + detail::to_text(extent) +
                               " elements but the buffer holds " + detail::to_text(buffer.size()));
     }
 
