@@ -314,6 +314,9 @@ TEST_CASE("attention: every invalid argument throws before out is written", "[at
     // the encoding: a rotary of another head_dim, a scale, a table too short, ALiBi with too few heads
     posenc::rotary<posenc::half_split> rope8({.head_dim = 8}, posenc::default_rope{});
     cfg([&] { posenc::attention(posenc::attention_encoding{rope8}, Q, K, V, O, pos, pos); }, "q.head_dim");
+    const std::vector<std::int64_t> no_pos;  // no queries: the encoding still checks q's head_dim
+    cfg([&] { posenc::attention(posenc::attention_encoding{rope8}, hv(q, 0, Hq, D), K, V, hv(out, 0, Hq, Dv), no_pos, pos); },
+        "q.head_dim");
     cfg([&] { posenc::attention(posenc::attention_encoding{posenc::nope{}, posenc::no_bias{}, posenc::fixed_scale{-1}}, Q, K, V, O, pos, pos); },
         "lambda");
     posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
@@ -329,7 +332,7 @@ TEST_CASE("attention: every invalid argument throws before out is written", "[at
                                       O, negative, pos),
                     posenc::range_error);
     untouched();
-    REQUIRE(checked == 24);
+    REQUIRE(checked == 25);
     // and the valid call does write
     posenc::attention(nope, Q, K, V, O, pos, pos);
     CHECK(out != pristine);

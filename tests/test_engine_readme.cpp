@@ -44,7 +44,7 @@ TEST_CASE("README snippets: using posenc inside an engine", "[readme][engine]") 
     std::vector<posenc::bf16> k_cache(max_tokens * kv_heads * head_dim);  // [max_tokens, kv_heads, head_dim]
     posenc::heads_view<const float> k_proj(std::span<const float>(k), {tokens, kv_heads, head_dim});
     posenc::heads_view<posenc::bf16> slot(std::span<posenc::bf16>(k_cache).subspan(cache_len * kv_heads * head_dim),
-                                          {tokens, kv_heads, head_dim});  // checked: a slot past the cache throws
+                                          {tokens, kv_heads, head_dim});  // checked: a slot running past the end throws
     rope.apply_into(table, k_proj, slot, pos);  // float → rotated → bf16, one read, one write
     // --- end ---
     const std::span<posenc::bf16> last_slot = std::span<posenc::bf16>(k_cache).subspan((max_tokens - 1) * kv_heads * head_dim);

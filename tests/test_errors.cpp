@@ -114,6 +114,8 @@ TEST_CASE("errors name each view as the call's parameters do, whichever tensor i
                         "k_dst shape", "3x1x32");
     const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, posenc::xpos{});
     expect_config_error([&] { xp.apply_keys(view(a, T - 1, H, D), pos); }, "k.tokens", "2");
+    expect_config_error([&] { xp.apply_queries_into(src(a, T - 1, H, D), view(c, T - 1, H, D), pos); }, "src.tokens", "2");
+    expect_config_error([&] { xp.apply_keys_into(src(a, T, H, D), view(c, T, 1, D), pos); }, "dst shape", "3x1x32");
     CHECK(a == before_a);
     CHECK(b == before_b);
 }
@@ -153,7 +155,16 @@ TEST_CASE("empty views are checked like others, and Q and K of one in-place call
     std::vector<float> fused(T * 3 * H * D, 0.5f);  // [token][q heads | k heads | v heads]
     const posenc::heads_view<float> fq(fused.data(), {T, H, D}, {.token = 3 * H * D}), fk(fused.data() + H * D, {T, H, D}, {.token = 3 * H * D});
     rope.apply(fq, fk, pos);
-    CHECK(fused[0] != 0.5f);
+    std::size_t changed_q = 0, changed_k = 0, changed_v = 0;
+    for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t i = 0; i < H * D; ++i) {
+            changed_q += fused[t * 3 * H * D + i] != 0.5f;
+            changed_k += fused[t * 3 * H * D + H * D + i] != 0.5f;
+            changed_v += fused[t * 3 * H * D + 2 * H * D + i] != 0.5f;
+        }
+    CHECK(changed_q > T * H * D / 2);  // positions 3..6 rotate most lanes of a constant row
+    CHECK(changed_k == changed_q);     // Q and K held the same values: rotated once each, alike
+    CHECK(changed_v == 0);
     CHECK(k == k0);
 }
 

@@ -81,6 +81,12 @@ TEST_CASE("hardening: ALiBi, T5 and Shaw distances between the ends of int64 sat
     CHECK(shaw.row(p62, -p62) == 0);
     CHECK(shaw.row(hi64, hi64 - 1) == 1);
     compared += 4;
+    // Its output term with mismatched spans: a range_error, not a truncated sum.
+    std::vector<float> row(D, 0.0f), short_row(D - 1, 0.0f);
+    const std::vector<float> two(2, 1.0f), three(3, 1.0f);
+    CHECK_THROWS_AS(shaw.add_to_output(0, 0, posenc::position_ids::consecutive(0, 3), two, row), posenc::range_error);
+    CHECK_THROWS_AS(shaw.add_to_output(0, 0, posenc::position_ids::consecutive(0, 3), three, short_row), posenc::range_error);
+    CHECK(row == std::vector<float>(D, 0.0f));
     REQUIRE(compared == 3 * 4 + 4 * 6 + 4);
 }
 

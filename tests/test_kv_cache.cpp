@@ -346,11 +346,14 @@ TEST_CASE("kv_cache: every invalid argument throws and leaves the cache byte-ide
         expect_config_error([&] { cache.append(b_k3.first, b_k3.second, posenc::position_ids::consecutive(6, 2)); }, "v shape", "2x2x8");
         const auto b_k4 = kv(2, H, D, D);
         expect_config_error([&] { cache.append(b_k4.first, b_k4.second, posenc::position_ids::consecutive(6, 3)); }, "k shape", "2x2x16");
+        // Empty views are checked too: 0 positions with a view of 5 tokens and no heads.
+        const auto b_e = kv(5, 0, D, D);
+        expect_config_error([&] { cache.append(b_e.first, b_e.second, posenc::position_ids::consecutive(6, 0)); }, "k shape", "5x0x16");
         const auto b5 = kv(3, H, D, D);
         const posenc::heads_view<const float> v2(v.data(), {2, H, D});
         expect_config_error([&] { cache.append(b5.first, v2, posenc::position_ids::consecutive(6, 3)); }, "v shape", "2x2x16");
         CHECK(unchanged());
-        cases += 5;
+        cases += 6;
     }
     {  // positions: not past the cache (5 ≤ 5), not increasing inside the call
         const auto b_kk = kv(2, H, D, D);
@@ -372,7 +375,7 @@ TEST_CASE("kv_cache: every invalid argument throws and leaves the cache byte-ide
         expect_config_error([&] { posenc::kv_cache c(rope, {.kv_heads = H, .head_dim = D, .capacity = 0}); }, "capacity", "0");
         cases += 3;
     }
-    REQUIRE(cases == 13);
+    REQUIRE(cases == 14);
     // and a valid append after all of that still works
     const auto b_kk = kv(4, H, D, D);
     cache.append(b_kk.first, b_kk.second, posenc::position_ids::consecutive(6, 4));

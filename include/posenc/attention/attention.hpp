@@ -154,7 +154,11 @@ void check_attention(const Enc& enc, const heads_view<const float>& q, const hea
     require(!views_overlap(out, k), "out", "view", "overlaps k");
     require(!views_overlap(out, v), "out", "view", "overlaps v");
     check_bias_shape(enc.bias, q.heads(), q.head_dim(), v.head_dim());
-    if (q.tokens() == 0) return;
+    std::vector<float> probe(q.head_dim(), 0.0f);
+    if (q.tokens() == 0) {  // the transform still checks q's shape (head_dim): an empty view of it
+        transform_queries(enc.transform, heads_view<float>(probe.data(), {0, 1, q.head_dim()}), position_ids::consecutive(0, 0));
+        return;
+    }
     // The scale and the transform at the extreme positions: what a position can make them reject
     // (a table's range, xPos's float range, Llama 4's negative positions) is rejected here.
     const auto [qlo, qhi] = qpos.bounds();
@@ -162,7 +166,6 @@ void check_attention(const Enc& enc, const heads_view<const float>& q, const hea
         const double s = enc.scale.scale(p, q.head_dim());
         require(std::isfinite(s) && s > 0.0, "scale", s, "must be finite and > 0");
     }
-    std::vector<float> probe(q.head_dim(), 0.0f);
     const heads_view<float> row(probe.data(), {1, 1, q.head_dim()});
     for (std::int64_t p : {qlo, qhi}) transform_queries(enc.transform, row, position_ids::constant(p, 1));
     if (!opt.keys_transformed && k.tokens() > 0) {

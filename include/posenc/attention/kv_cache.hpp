@@ -189,7 +189,7 @@ private:
     }
 
     void check_view(const heads_view<const float>& x, const char* name, std::size_t n, std::size_t dim) const {
-        if (n == 0 && x.empty()) return;
+        if (n == 0 && detail::absent(x)) return;
         if (x.tokens() != n || x.heads() != shape_.kv_heads || x.head_dim() != dim)
             throw config_error(std::string(name) + " shape",
                                detail::to_text(x.tokens()) + "x" + detail::to_text(x.heads()) + "x" +

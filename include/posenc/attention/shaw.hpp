@@ -89,9 +89,13 @@ public:
     /// out += Σ_j weights[j]·a^V_{clip(keys[j] − query_pos)}, one axpy per run of equal rows.
     void add_to_output(std::size_t /*head*/, std::int64_t query_pos, const position_ids& keys,
                        std::span<const float> weights, std::span<float> out) const {
+        if (weights.size() != keys.size() || out.size() != dv_)
+            throw range_error("posenc: Shaw output term for " + detail::to_text(weights.size()) + " weights, " +
+                              detail::to_text(keys.size()) + " key positions and an output row of " +
+                              detail::to_text(out.size()) + " values; needs one weight per key and " + detail::to_text(dv_) +
+                              " values");
         std::size_t j = 0;
-        const std::size_t n = weights.size() < keys.size() ? weights.size() : keys.size();
-        const std::size_t w = out.size() < dv_ ? out.size() : dv_;
+        const std::size_t n = weights.size(), w = dv_;
         while (j < n) {
             const std::size_t r = row(query_pos, keys[j]);
             float sum = 0.0f;

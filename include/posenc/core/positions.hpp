@@ -19,11 +19,11 @@
 // Clang warns (-Wdangling) when a position_ids made from a temporary vector outlives it.
 #if defined(__has_cpp_attribute)
 #if __has_cpp_attribute(clang::lifetimebound)
-#define POSENC_LIFETIMEBOUND [[clang::lifetimebound]]
+#define POSENC_DETAIL_LIFETIMEBOUND [[clang::lifetimebound]]
 #endif
 #endif
-#ifndef POSENC_LIFETIMEBOUND
-#define POSENC_LIFETIMEBOUND
+#ifndef POSENC_DETAIL_LIFETIMEBOUND
+#define POSENC_DETAIL_LIFETIMEBOUND
 #endif
 
 namespace posenc {
@@ -32,9 +32,9 @@ class position_ids {
 public:
     position_ids(std::span<const std::int64_t> p) : p64_(p.data()), size_(p.size()) {}  // NOLINT
     position_ids(std::span<const std::int32_t> p) : p32_(p.data()), size_(p.size()) {}  // NOLINT
-    position_ids(const std::vector<std::int64_t>& p POSENC_LIFETIMEBOUND)  // NOLINT
+    position_ids(const std::vector<std::int64_t>& p POSENC_DETAIL_LIFETIMEBOUND)  // NOLINT
         : position_ids(std::span<const std::int64_t>(p)) {}
-    position_ids(const std::vector<std::int32_t>& p POSENC_LIFETIMEBOUND)  // NOLINT
+    position_ids(const std::vector<std::int32_t>& p POSENC_DETAIL_LIFETIMEBOUND)  // NOLINT
         : position_ids(std::span<const std::int32_t>(p)) {}
 
     /// start, start+1, …, start+count-1 (prefill from an offset; decode with count = 1).
@@ -98,4 +98,4 @@ private:
 
 }  // namespace posenc
 
-#undef POSENC_LIFETIMEBOUND
+#undef POSENC_DETAIL_LIFETIMEBOUND

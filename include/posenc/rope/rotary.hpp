@@ -190,6 +190,7 @@ public:
         assert(table.inv_freq() == freq_.inv_freq);
         assert(pos.size() == 0 || (table.contains(pos.bounds().first) && table.contains(pos.bounds().second)));
         assert(view_matches(q, pos) && view_matches(k, pos));
+        assert(q.empty() || k.empty() || q.data() != k.data());
         execute(unchecked_job(detail::job_view::in_place(q), detail::job_view::in_place(k), pos, dir, &table));
     }
 
@@ -219,7 +220,7 @@ private:
     }
 
     [[nodiscard]] bool view_matches(const heads_view<float>& v, const position_ids& pos) const noexcept {
-        return v.empty() || (v.head_dim() == dims_.head_dim && v.tokens() == pos.size());
+        return detail::absent(v) || (v.head_dim() == dims_.head_dim && v.tokens() == pos.size());
     }
 
     void check_table(const cos_sin_table& table, const position_ids& pos) const {

@@ -195,7 +195,7 @@ private:
     template <class S, class D>
     void run_into(heads_view<S> src, heads_view<D> dst, const position_ids& pos, xpos_role role) const {
         const heads_view<const std::remove_const_t<S>> s = src;
-        const detail::view_names names = role == xpos_role::query ? detail::view_names{"q", "q_dst"} : detail::view_names{"k", "k_dst"};
+        constexpr detail::view_names names{"src", "dst"};
         require_view(s, names.src, pos.size());
         detail::require_out_of_place(s, dst, names);
         if (s.empty()) return;
