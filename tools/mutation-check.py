@@ -187,6 +187,13 @@ MUTANTS = [
      "kv_cache: a repeated position accepted"),
     ("attention/kv_cache.hpp", "if (n > shape_.capacity - size_)", "if (n > shape_.capacity - size_ + 1)",
      "kv_cache: one token past the capacity accepted"),
+    ("attention/shaw.hpp", "if (weights.size() != keys.size() || out.size() != dv_)", "if (false)",
+     "Shaw's output term: mismatched spans truncated instead of rejected"),
+    # the views of a call
+    ("detail/rotate_job.hpp", "if (!q.empty() && !k.empty() && q.data() == k.data())", "if (false)",
+     "in-place Q and K of the same memory accepted (rotated twice)"),
+    ("detail/rotate_job.hpp", "    if (absent(v)) return;", "    if (v.empty()) return;",
+     "an empty view skipped whatever its token count"),
 ]
 
 
