@@ -90,6 +90,7 @@ struct rotate_job {
 struct view_names {
     std::string_view src, dst;
 };
+inline constexpr view_names single_view{"src", "dst"}, q_views{"q_src", "q_dst"}, k_views{"k_src", "k_dst"};
 
 /// A Q or K view for a call: head_dim as the encoding's, one token per position. Builds its
 /// messages only on failure (it runs on every call).
@@ -159,15 +160,14 @@ void require_disjoint(const heads_view<A>& a, const heads_view<B>& b, std::strin
 template <class QS, class QD, class KS, class KD>
 void require_out_of_place_views(const heads_view<const QS>& q_src, const heads_view<QD>& q_dst,
                                 const heads_view<const KS>& k_src, const heads_view<KD>& k_dst, std::size_t tokens,
-                                std::size_t head_dim, view_names q = {"q_src", "q_dst"}) {
-    constexpr view_names k{"k_src", "k_dst"};
+                                std::size_t head_dim, view_names q) {
     require_view(q_src, q.src, tokens, head_dim);
-    require_view(k_src, k.src, tokens, head_dim);
+    require_view(k_src, k_views.src, tokens, head_dim);
     require_out_of_place(q_src, q_dst, q);
-    require_out_of_place(k_src, k_dst, k);
-    require_disjoint(q_dst, k_src, q.dst, k.src);
-    require_disjoint(q_dst, k_dst, q.dst, k.dst);
-    require_disjoint(k_dst, q_src, k.dst, q.src);
+    require_out_of_place(k_src, k_dst, k_views);
+    require_disjoint(q_dst, k_src, q.dst, k_views.src);
+    require_disjoint(q_dst, k_dst, q.dst, k_views.dst);
+    require_disjoint(k_dst, q_src, k_views.dst, q.src);
 }
 
 }  // namespace posenc::detail

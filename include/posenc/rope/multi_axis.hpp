@@ -172,13 +172,13 @@ public:
         requires storage_type<std::remove_const_t<S>>
     void apply_into(heads_view<S> src, heads_view<D> dst, const axis_positions& pos,
                     rotation dir = rotation::forward) const {
-        out_of_place(nullptr, src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, {"src", "dst"});
+        out_of_place(nullptr, src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, detail::single_view);
     }
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
     void apply_into(const cos_sin_table& table, heads_view<S> src, heads_view<D> dst, const axis_positions& pos,
                     rotation dir = rotation::forward) const {
-        out_of_place(&table, src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, {"src", "dst"});
+        out_of_place(&table, src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, detail::single_view);
     }
     /// Q and K in one call (they share each token's row).
     template <class S1, storage_type D1, class S2, storage_type D2>
@@ -201,7 +201,7 @@ private:
     template <class S1, class D1, class S2, class D2>
     void out_of_place(const cos_sin_table* table, heads_view<S1> q_src, heads_view<D1> q_dst, heads_view<S2> k_src,
                       heads_view<D2> k_dst, const axis_positions& pos, rotation dir,
-                      detail::view_names q_names = {"q_src", "q_dst"}) const {
+                      detail::view_names q_names = detail::q_views) const {
         const heads_view<const std::remove_const_t<S1>> qs = q_src;
         const heads_view<const std::remove_const_t<S2>> ks = k_src;
         pos.check(axes_);

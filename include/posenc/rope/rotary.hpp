@@ -120,14 +120,14 @@ public:
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
     void apply_into(heads_view<S> src, heads_view<D> dst, position_ids pos, rotation dir = rotation::forward) const {
-        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, nullptr, single));
+        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, nullptr, detail::single_view));
     }
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
     void apply_into(const cos_sin_table& table, heads_view<S> src, heads_view<D> dst, position_ids pos,
                     rotation dir = rotation::forward) const {
         check_table(table, pos);
-        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, &table, single));
+        execute(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, dir, &table, detail::single_view));
     }
     /// Q and K in one call (they share each token's cos/sin row).
     template <class S1, storage_type D1, class S2, storage_type D2>
@@ -230,9 +230,6 @@ private:
         table.check(pos);
     }
 
-    /// The single-view out-of-place forms' names.
-    static constexpr detail::view_names single{"src", "dst"};
-
     template <class T>
     detail::rotate_job in_place_job(heads_view<T> q, heads_view<T> k, const position_ids& pos, rotation dir,
                                     const cos_sin_table* table, std::string_view q_name = "q") const {
@@ -244,7 +241,7 @@ private:
     detail::rotate_job out_of_place_job(heads_view<S1> q_src, heads_view<D1> q_dst, heads_view<S2> k_src,
                                         heads_view<D2> k_dst, const position_ids& pos, rotation dir,
                                         const cos_sin_table* table,
-                                        detail::view_names q_names = {"q_src", "q_dst"}) const {
+                                        detail::view_names q_names = detail::q_views) const {
         const heads_view<const std::remove_const_t<S1>> qs = q_src;
         const heads_view<const std::remove_const_t<S2>> ks = k_src;
         detail::require_out_of_place_views(qs, q_dst, ks, k_dst, pos.size(), dims_.head_dim, q_names);

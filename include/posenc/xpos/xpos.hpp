@@ -195,9 +195,8 @@ private:
     template <class S, class D>
     void run_into(heads_view<S> src, heads_view<D> dst, const position_ids& pos, xpos_role role) const {
         const heads_view<const std::remove_const_t<S>> s = src;
-        constexpr detail::view_names names{"src", "dst"};
-        require_view(s, names.src, pos.size());
-        detail::require_out_of_place(s, dst, names);
+        require_view(s, detail::single_view.src, pos.size());
+        detail::require_out_of_place(s, dst, detail::single_view);
         if (s.empty()) return;
         execute(detail::job_view::out_of_place(s, dst), pos, rows(pos, role));
     }
