@@ -39,6 +39,7 @@
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
 #include "posenc/detail/checked_size.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/detail/parallel.hpp"
 
 namespace posenc {
@@ -102,16 +103,22 @@ public:
 
     /// [size, kv_heads, head_dim] over the cache (token stride head_dim, head stride capacity·head_dim):
     /// what attention takes as K with keys_transformed = true. Valid until the next append/shift/clear.
-    [[nodiscard]] heads_view<const float> keys() const noexcept { return view(k_.data(), size_, shape_.head_dim); }
-    [[nodiscard]] heads_view<const float> values() const noexcept { return view(v_.data(), size_, shape_.value_dim); }
-    [[nodiscard]] position_ids positions() const noexcept { return std::span<const std::int64_t>(pos_.data(), size_); }
+    [[nodiscard]] heads_view<const float> keys() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
+        return view(k_.data(), size_, shape_.head_dim);
+    }
+    [[nodiscard]] heads_view<const float> values() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
+        return view(v_.data(), size_, shape_.value_dim);
+    }
+    [[nodiscard]] position_ids positions() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
+        return std::span<const std::int64_t>(pos_.data(), size_);
+    }
     /// The position a next token continues with: last cached + 1 (0 when empty).
     [[nodiscard]] std::int64_t next_position() const noexcept { return size_ ? pos_[size_ - 1] + 1 : 0; }
 
     /// The whole storage, capacity included (diagnostics and tests).
-    [[nodiscard]] std::span<const float> key_storage() const noexcept { return k_; }
-    [[nodiscard]] std::span<const float> value_storage() const noexcept { return v_; }
-    [[nodiscard]] std::span<const std::int64_t> position_storage() const noexcept { return pos_; }
+    [[nodiscard]] std::span<const float> key_storage() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return k_; }
+    [[nodiscard]] std::span<const float> value_storage() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return v_; }
+    [[nodiscard]] std::span<const std::int64_t> position_storage() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return pos_; }
 
     /// Appends tokens: K [n, kv_heads, head_dim] transformed at `pos` while written, V [n, kv_heads,
     /// value_dim] copied, both on the transform's threads (set_threads above), the positions recorded.

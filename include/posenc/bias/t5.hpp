@@ -37,8 +37,9 @@
 
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/score_row.hpp"
 #include "posenc/core/positions.hpp"
+#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/detail/score_row.hpp"
 
 namespace posenc {
 
@@ -153,7 +154,7 @@ public:
 
     [[nodiscard]] const t5_buckets& buckets() const noexcept { return buckets_; }
     [[nodiscard]] std::size_t heads() const noexcept { return heads_; }
-    [[nodiscard]] std::span<const float> table() const noexcept { return table_; }
+    [[nodiscard]] std::span<const float> table() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return table_; }
 
     /// T5 adds the bias to unscaled logits (softmax scale 1), so the order never matters; reported as
     /// scale_then_add.

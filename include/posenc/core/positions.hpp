@@ -15,16 +15,7 @@
 #include <vector>
 
 #include "posenc/core/errors.hpp"
-
-// Clang warns (-Wdangling) when a position_ids made from a temporary vector outlives it.
-#if defined(__has_cpp_attribute)
-#if __has_cpp_attribute(clang::lifetimebound)
-#define POSENC_DETAIL_LIFETIMEBOUND [[clang::lifetimebound]]
-#endif
-#endif
-#ifndef POSENC_DETAIL_LIFETIMEBOUND
-#define POSENC_DETAIL_LIFETIMEBOUND
-#endif
+#include "posenc/detail/lifetimebound.hpp"
 
 namespace posenc {
 
@@ -98,4 +89,3 @@ private:
 
 }  // namespace posenc
 
-#undef POSENC_DETAIL_LIFETIMEBOUND

@@ -36,6 +36,7 @@
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/detail/checked_size.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/rope/multi_axis.hpp"
 
 namespace posenc {
@@ -74,7 +75,7 @@ struct mrope_positions {
     std::int64_t delta = 0;          ///< next_position − size(): token i ≥ size() decodes at i + delta
 
     [[nodiscard]] std::size_t size() const noexcept { return t.size(); }
-    [[nodiscard]] axis_positions ids() const { return {position_ids(t), position_ids(h), position_ids(w)}; }
+    [[nodiscard]] axis_positions ids() const POSENC_DETAIL_LIFETIMEBOUND { return {position_ids(t), position_ids(h), position_ids(w)}; }
 };
 
 namespace detail {

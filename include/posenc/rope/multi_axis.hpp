@@ -37,6 +37,7 @@
 #include "posenc/core/tensor.hpp"
 #include "posenc/detail/angles.hpp"
 #include "posenc/detail/checked_size.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/detail/simd_bridge.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
@@ -53,9 +54,10 @@ public:
     static constexpr std::size_t max_axes = 3;
 
     /// One position per token, the same on every axis.
-    axis_positions(position_ids shared) : ids_{shared, shared, shared} {}  // NOLINT(google-explicit-constructor)
-    axis_positions(position_ids a0, position_ids a1) : ids_{a0, a1, a1}, axes_(2) {}
-    axis_positions(position_ids a0, position_ids a1, position_ids a2) : ids_{a0, a1, a2}, axes_(3) {}
+    axis_positions(position_ids shared POSENC_DETAIL_LIFETIMEBOUND) : ids_{shared, shared, shared} {}  // NOLINT(google-explicit-constructor)
+    axis_positions(position_ids a0 POSENC_DETAIL_LIFETIMEBOUND, position_ids a1 POSENC_DETAIL_LIFETIMEBOUND) : ids_{a0, a1, a1}, axes_(2) {}
+    axis_positions(position_ids a0 POSENC_DETAIL_LIFETIMEBOUND, position_ids a1 POSENC_DETAIL_LIFETIMEBOUND, position_ids a2 POSENC_DETAIL_LIFETIMEBOUND)
+        : ids_{a0, a1, a2}, axes_(3) {}
 
     /// Number of components given: 2 or 3, or 0 for one position shared by every axis.
     [[nodiscard]] std::size_t axes() const noexcept { return axes_; }

@@ -11,6 +11,7 @@
 #include "posenc/core/positions.hpp"
 #include "posenc/detail/angles.hpp"
 #include "posenc/detail/checked_size.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/detail/table_storage.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/simd/dispatch.hpp"
@@ -58,14 +59,14 @@ public:
                           detail::to_text(positions_) + ")");
     }
 
-    [[nodiscard]] std::span<const float> cos(std::int64_t p) const { return {checked_row(p), pairs()}; }
-    [[nodiscard]] std::span<const float> sin(std::int64_t p) const { return {checked_row(p) + pairs(), pairs()}; }
+    [[nodiscard]] std::span<const float> cos(std::int64_t p) const POSENC_DETAIL_LIFETIMEBOUND { return {checked_row(p), pairs()}; }
+    [[nodiscard]] std::span<const float> sin(std::int64_t p) const POSENC_DETAIL_LIFETIMEBOUND { return {checked_row(p) + pairs(), pairs()}; }
 
     /// All rows, row p at data() + p·2·pairs().
-    [[nodiscard]] const float* data() const noexcept { return data_.data(); }
+    [[nodiscard]] const float* data() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return data_.data(); }
 
     /// Unchecked: precondition contains(p).
-    [[nodiscard]] const float* row(std::int64_t p) const noexcept {
+    [[nodiscard]] const float* row(std::int64_t p) const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         assert(contains(p));
         return data_.data() + static_cast<std::size_t>(p) * 2 * pairs();
     }

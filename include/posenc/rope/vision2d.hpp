@@ -25,6 +25,7 @@
 
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
 #include "posenc/rope/multi_axis.hpp"
@@ -74,7 +75,7 @@ inline std::vector<std::uint8_t> two_halves(std::size_t pairs) {
 struct patch_positions {
     std::vector<std::int64_t> h, w;
     [[nodiscard]] std::size_t size() const noexcept { return h.size(); }
-    [[nodiscard]] axis_positions ids() const { return {position_ids(h), position_ids(w)}; }
+    [[nodiscard]] axis_positions ids() const POSENC_DETAIL_LIFETIMEBOUND { return {position_ids(h), position_ids(w)}; }
 };
 
 /// One image or video of `t` × `h` × `w` patches (HF's grid_thw, before spatial merging).

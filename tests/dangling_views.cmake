@@ -1,0 +1,37 @@
+# ctest driver (clang only): tests/dangling/views_of_temporaries.cpp draws a -Wdangling warning on
+# exactly the lines marked `// dangles` (views kept past the temporary they were made from, which
+# posenc marks with detail/lifetimebound.hpp) and no other diagnostic.
+# -DCXX=<clang++> -DSOURCE=<the .cpp> -DINCLUDES=<dirs joined by |>
+string(REPLACE "|" ";" dirs "${INCLUDES}")
+set(flags -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic)
+foreach(d IN LISTS dirs)
+  if(d)
+    list(APPEND flags "-I${d}")
+  endif()
+endforeach()
+execute_process(COMMAND "${CXX}" ${flags} "${SOURCE}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+
+file(STRINGS "${SOURCE}" lines)
+set(expected "")
+set(n 0)
+foreach(line IN LISTS lines)
+  math(EXPR n "${n} + 1")
+  if(line MATCHES "// dangles$")
+    list(APPEND expected ${n})
+  endif()
+endforeach()
+
+set(flagged "")
+string(REGEX MATCHALL "[^\n]*(warning|error):[^\n]*" diagnostics "${out}")
+foreach(d IN LISTS diagnostics)
+  if(d MATCHES ":([0-9]+):[0-9]+: warning: temporary whose address is used as value of local variable '[a-z_]+' will be destroyed at the end of the full-expression \\[-Wdangling\\]$")
+    list(APPEND flagged ${CMAKE_MATCH_1})
+  else()
+    message(FATAL_ERROR "unexpected diagnostic:\n${d}\n\nall output:\n${out}")
+  endif()
+endforeach()
+list(LENGTH expected count)
+if(count EQUAL 0 OR NOT rc EQUAL 0 OR NOT flagged STREQUAL expected)
+  message(FATAL_ERROR "-Wdangling on lines [${flagged}], expected on [${expected}] (exit ${rc}):\n${out}")
+endif()
+message(STATUS "-Wdangling on the ${count} marked lines and nowhere else")
