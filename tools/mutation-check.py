@@ -293,7 +293,9 @@ def main():
     ap.add_argument("--keep", default="", help="scratch directory to use (and keep)")
     ap.add_argument("--jobs", default="2")
     ap.add_argument("--min-kill", type=float, default=90.0)
-    ap.add_argument("--timeout", type=int, default=600, help="seconds for one test run")
+    ap.add_argument("--timeout", type=int, default=0,
+                    help="seconds for one test run (default: ten times the unmutated run of the same binary, "
+                         "at least 60: a mutant that corrupts the heap can hang the tests)")
     ap.add_argument("--no-full", action="store_true",
                     help="area binaries only (no full-suite baseline or confirmation): faster, survivors unconfirmed")
     args = ap.parse_args()
@@ -344,13 +346,26 @@ def main():
     def test_cmd(target="posenc-tests"):
         return [os.path.join(build, "tests", target)]
 
+    baseline = {}  # target: seconds of its unmutated test run
+
+    def passes_unmutated(target):
+        if sh(build_cmd(target), work, log):
+            return False
+        t0 = time.time()
+        ok = sh(test_cmd(target), build, log, args.timeout or None) == 0
+        baseline[target] = time.time() - t0
+        return ok
+
+    def timeout(target):
+        return args.timeout or max(60, round(10 * baseline.get(target, 60)))
+
     start = time.time()
-    if not args.no_full and (sh(build_cmd(), work, log) or sh(test_cmd(), build, log, args.timeout)):
+    if not args.no_full and not passes_unmutated("posenc-tests"):
         print("the unmutated tree does not build or pass its tests; see", log)
         return 2
     used = sorted({group_of(MUTANTS[k - 1][0]) for k in chosen} - {None})
     for g in used:  # the smaller binaries must pass unmutated too, or their kills would mean nothing
-        if sh(build_cmd(f"mut-{g}"), work, log) or sh(test_cmd(f"mut-{g}"), build, log, args.timeout):
+        if not passes_unmutated(f"mut-{g}"):
             print(f"the unmutated mut-{g} does not build or pass; see", log)
             return 2
     print(f"baseline builds and passes ({time.time() - start:.0f} s)", flush=True)
@@ -381,8 +396,8 @@ def main():
                 if sh(build_cmd(target), work, log):
                     verdict = "killed (does not build)"
                 else:
-                    rc = sh(test_cmd(target), build, log, args.timeout)
-                    verdict = "SURVIVED" if rc == 0 else ("killed (timeout)" if rc == 124 else "killed")
+                    rc = sh(test_cmd(target), build, log, timeout(target))
+                    verdict = "SURVIVED" if rc == 0 else (f"killed (timeout, {timeout(target)} s)" if rc == 124 else "killed")
                 if verdict != "SURVIVED":
                     verdict += f" [{target}]"
                     break
