@@ -78,7 +78,7 @@ public:
         pos_.resize(shape_.capacity);
     }
 
-    [[nodiscard]] const Transform& transform() const noexcept { return transform_; }
+    [[nodiscard]] const Transform& transform() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return transform_; }
 
     /// The threads append runs on (K rotated in and V copied, both split into slices as the rotary's
     /// set_threads / set_executor split a call): the cache's copy of the transform starts with the

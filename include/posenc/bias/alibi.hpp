@@ -30,8 +30,9 @@
 
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/score_row.hpp"
 #include "posenc/core/positions.hpp"
+#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/detail/score_row.hpp"
 
 namespace posenc {
 
@@ -110,11 +111,11 @@ public:
 
     explicit alibi_bias(const alibi& params) : params_(params), slopes_(params.slopes()) {}
 
-    [[nodiscard]] const alibi& params() const noexcept { return params_; }
+    [[nodiscard]] const alibi& params() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return params_; }
     [[nodiscard]] std::size_t heads() const noexcept { return params_.heads; }
     [[nodiscard]] alibi_form form() const noexcept { return params_.form; }
     [[nodiscard]] bias_order order() const noexcept { return params_.order; }
-    [[nodiscard]] const std::vector<double>& slopes() const noexcept { return slopes_; }
+    [[nodiscard]] const std::vector<double>& slopes() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return slopes_; }
 
     [[nodiscard]] double slope(std::size_t head) const {
         check_head(head);

@@ -152,7 +152,7 @@ public:
         }
     }
 
-    [[nodiscard]] const t5_buckets& buckets() const noexcept { return buckets_; }
+    [[nodiscard]] const t5_buckets& buckets() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return buckets_; }
     [[nodiscard]] std::size_t heads() const noexcept { return heads_; }
     [[nodiscard]] std::span<const float> table() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return table_; }
 

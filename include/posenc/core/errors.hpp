@@ -10,6 +10,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "posenc/detail/lifetimebound.hpp"
+
 namespace posenc {
 
 class error : public std::runtime_error {
@@ -56,9 +58,9 @@ public:
     config_error(std::string_view key, std::string_view value, std::string_view why)
         : config_error(parts{detail::one_line(key), detail::one_line(value), detail::one_line(why, 400)}) {}
 
-    [[nodiscard]] const std::string& key() const noexcept { return key_; }
-    [[nodiscard]] const std::string& value() const noexcept { return value_; }
-    [[nodiscard]] const std::string& why() const noexcept { return why_; }
+    [[nodiscard]] const std::string& key() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return key_; }
+    [[nodiscard]] const std::string& value() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return value_; }
+    [[nodiscard]] const std::string& why() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return why_; }
 
 private:
     struct parts {

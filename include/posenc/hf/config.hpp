@@ -42,6 +42,7 @@
 #include <nlohmann/json.hpp>
 
 #include "posenc/core/errors.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/rope/any_rotary.hpp"
 #include "posenc/rope/any_schedule.hpp"
 #include "posenc/rope/layout.hpp"
@@ -128,7 +129,7 @@ struct model_config {
     std::vector<std::string> layer_types;      ///< per layer, when the config says
 
     /// The RoPE of layers of `layer_type` ("full_attention", "sliding_attention", …).
-    [[nodiscard]] const rope_spec& rope_for(std::string_view layer_type) const {
+    [[nodiscard]] const rope_spec& rope_for(std::string_view layer_type) const POSENC_DETAIL_LIFETIMEBOUND {
         if (const auto it = rope_by_layer_type.find(layer_type); it != rope_by_layer_type.end()) return it->second;
         const bool listed = std::find(layer_types.begin(), layer_types.end(), layer_type) != layer_types.end();
         if (rope_by_layer_type.empty() && (listed || (layer_types.empty() && layer_type == "full_attention")))

@@ -4,6 +4,7 @@
 
 #include <variant>
 
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/rope/any_schedule.hpp"
 #include "posenc/rope/rotary.hpp"
 
@@ -23,10 +24,10 @@ public:
     [[nodiscard]] rope_layout layout() const noexcept {
         return std::holds_alternative<rotary<interleaved>>(impl_) ? rope_layout::interleaved : rope_layout::half_split;
     }
-    [[nodiscard]] const rope_dims& dims() const noexcept {
+    [[nodiscard]] const rope_dims& dims() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         return std::visit([](const auto& r) -> const rope_dims& { return r.dims(); }, impl_);
     }
-    [[nodiscard]] const rope_frequencies& frequencies() const noexcept {
+    [[nodiscard]] const rope_frequencies& frequencies() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         return std::visit([](const auto& r) -> const rope_frequencies& { return r.frequencies(); }, impl_);
     }
     [[nodiscard]] cos_sin_table table(std::int64_t positions) const {
@@ -65,7 +66,7 @@ public:
     [[nodiscard]] unsigned threads() const noexcept {
         return std::visit([](const auto& r) { return r.threads(); }, impl_);
     }
-    [[nodiscard]] const executor& slice_executor() const noexcept {
+    [[nodiscard]] const executor& slice_executor() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         return std::visit([](const auto& r) -> const executor& { return r.slice_executor(); }, impl_);
     }
     template <storage_type T>

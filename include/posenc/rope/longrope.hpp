@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/rope/frequencies.hpp"
 
 namespace posenc {
@@ -42,7 +43,7 @@ struct longrope {
     [[nodiscard]] bool uses_long_factor(std::int64_t seq_len) const { return seq_len > original_max_position; }
 
     /// The rescale factors used at `seq_len`, checked against rotary_dim.
-    [[nodiscard]] const std::vector<double>& rescale(std::size_t rotary_dim, std::int64_t seq_len) const {
+    [[nodiscard]] const std::vector<double>& rescale(std::size_t rotary_dim, std::int64_t seq_len) const POSENC_DETAIL_LIFETIMEBOUND {
         validate();
         detail::require_rotary_dim(rotary_dim);
         for (const auto* list : {&short_factor, &long_factor})

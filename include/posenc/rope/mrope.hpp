@@ -27,6 +27,7 @@
 
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
 #include "posenc/rope/multi_axis.hpp"
@@ -72,7 +73,7 @@ public:
     mrope_rotary(rope_dims dims, const Schedule& schedule, mrope m, std::int64_t seq_len = 0)
         : mrope_rotary(dims, evaluate(dims, schedule, seq_len), m) {}
 
-    [[nodiscard]] const mrope& params() const noexcept { return mrope_; }
+    [[nodiscard]] const mrope& params() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return mrope_; }
 
 private:
     static std::vector<std::uint8_t> axes_of(const rope_dims& dims, const mrope& m) {

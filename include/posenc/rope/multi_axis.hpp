@@ -63,7 +63,7 @@ public:
     [[nodiscard]] std::size_t axes() const noexcept { return axes_; }
     [[nodiscard]] std::size_t size() const noexcept { return ids_[0].size(); }
     /// Component `axis` (for a shared position, the same ids for every axis).
-    [[nodiscard]] const position_ids& axis(std::size_t a) const noexcept {
+    [[nodiscard]] const position_ids& axis(std::size_t a) const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         assert(a < max_axes);
         return ids_[axes_ == 0 ? 0 : a];
     }
@@ -112,9 +112,9 @@ public:
         }
     }
 
-    [[nodiscard]] const rope_dims& dims() const noexcept { return dims_; }
-    [[nodiscard]] const rope_frequencies& frequencies() const noexcept { return freq_; }
-    [[nodiscard]] const std::vector<std::uint8_t>& pair_axis() const noexcept { return pair_axis_; }
+    [[nodiscard]] const rope_dims& dims() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return dims_; }
+    [[nodiscard]] const rope_frequencies& frequencies() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return freq_; }
+    [[nodiscard]] const std::vector<std::uint8_t>& pair_axis() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return pair_axis_; }
     [[nodiscard]] std::size_t axes() const noexcept { return axes_; }
 
     /// Up to `n` slices for large calls, as rotary::set_threads (the rows are built on the caller's thread).

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "posenc/core/errors.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 
 namespace posenc {
 
@@ -33,7 +34,7 @@ public:
     [[nodiscard]] std::size_t head_dim() const noexcept { return w_.size(); }
     [[nodiscard]] double eps() const noexcept { return eps_; }
     /// The multiplier of each lane (1 + weight for offset_one).
-    [[nodiscard]] const std::vector<float>& weight() const noexcept { return w_; }
+    [[nodiscard]] const std::vector<float>& weight() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return w_; }
 
 private:
     double eps_;

@@ -24,6 +24,7 @@
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/detail/simd_bridge.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
@@ -56,8 +57,8 @@ public:
     rotary(rope_dims dims, const Schedule& schedule, std::int64_t seq_len = 0)
         : rotary(dims, evaluate(dims, schedule, seq_len)) {}
 
-    [[nodiscard]] const rope_dims& dims() const noexcept { return dims_; }
-    [[nodiscard]] const rope_frequencies& frequencies() const noexcept { return freq_; }
+    [[nodiscard]] const rope_dims& dims() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return dims_; }
+    [[nodiscard]] const rope_frequencies& frequencies() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return freq_; }
 
     /// Up to `n` slices for large calls (tokens split across threads; calls under ~64K floats per
     /// slice stay single-threaded). Default 1. The slices run on the executor given to
@@ -210,7 +211,7 @@ public:
     /// own threads; an empty executor restores those. The result is bit-identical either way.
     void set_executor(executor ex) { executor_ = std::move(ex); }
     /// The executor set_executor gave; empty when the slices run on posenc's own threads.
-    [[nodiscard]] const executor& slice_executor() const noexcept { return executor_; }
+    [[nodiscard]] const executor& slice_executor() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return executor_; }
 
 private:
     template <frequency_schedule Schedule>

@@ -46,7 +46,7 @@ public:
     [[nodiscard]] std::int64_t positions() const noexcept { return positions_; }
     [[nodiscard]] std::size_t pairs() const noexcept { return inv_freq_.size(); }
     [[nodiscard]] double amplitude() const noexcept { return amplitude_; }
-    [[nodiscard]] const std::vector<double>& inv_freq() const noexcept { return inv_freq_; }
+    [[nodiscard]] const std::vector<double>& inv_freq() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return inv_freq_; }
 
     [[nodiscard]] bool contains(std::int64_t p) const noexcept { return p >= 0 && p < positions_; }
 

@@ -44,8 +44,9 @@
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
 #include "posenc/detail/angles.hpp"
-#include "posenc/detail/simd_bridge.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/detail/rotate_scalar.hpp"
+#include "posenc/detail/simd_bridge.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
 
@@ -93,9 +94,9 @@ public:
         for (double& z : log_zeta_) z = std::log(z);
     }
 
-    [[nodiscard]] const rope_dims& dims() const noexcept { return dims_; }
-    [[nodiscard]] const xpos& params() const noexcept { return params_; }
-    [[nodiscard]] const std::vector<double>& inv_freq() const noexcept { return inv_freq_; }
+    [[nodiscard]] const rope_dims& dims() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return dims_; }
+    [[nodiscard]] const xpos& params() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return params_; }
+    [[nodiscard]] const std::vector<double>& inv_freq() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return inv_freq_; }
 
     /// The decay factor of pair `pair` at position `pos`: ζ^((pos − c)/scale_base) for a query, its
     /// inverse for a key (double, not range-checked).
