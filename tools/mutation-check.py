@@ -295,7 +295,8 @@ def main():
     ap.add_argument("--min-kill", type=float, default=90.0)
     ap.add_argument("--timeout", type=int, default=0,
                     help="seconds for one test run (default: ten times the unmutated run of the same binary, "
-                         "within 60 to 600: a mutant that corrupts the heap can hang the tests)")
+                         "within 60 to 600 s but never under twice that run: a mutant that corrupts the heap can "
+                         "hang the tests; an unmutated run may take 1800 s)")
     ap.add_argument("--no-full", action="store_true",
                     help="area binaries only (no full-suite baseline or confirmation): faster, survivors unconfirmed")
     args = ap.parse_args()
@@ -304,6 +305,8 @@ def main():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (no git needed for --check)
 
     chosen = [int(x) for x in args.only.split(",") if x] or list(range(1, len(MUTANTS) + 1))
+    if any(not 1 <= k <= len(MUTANTS) for k in chosen):
+        ap.error(f"--only takes mutant numbers 1 … {len(MUTANTS)}")
     if args.list:
         for k in chosen:
             f, _, _, what = MUTANTS[k - 1]
@@ -359,10 +362,12 @@ def main():
         return ok
 
     def timeout(target):
-        return args.timeout or min(600, max(60, round(10 * baseline[target])))
+        b = baseline[target]
+        return args.timeout or round(max(2 * b, min(600, max(60, 10 * b))))
 
     start = time.time()
-    # The whole suite's baseline: needed unless --no-full leaves it only to mutants outside every group.
+    # The whole suite's baseline: needed for the confirmation runs, and with --no-full for the mutants
+    # outside every group (the only ones the whole suite then runs).
     whole_suite = not args.no_full or any(group_of(MUTANTS[k - 1][0]) is None for k in chosen)
     if whole_suite and not passes_unmutated("posenc-tests"):
         print("the unmutated tree does not build or pass its tests; see", log)

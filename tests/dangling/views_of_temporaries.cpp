@@ -58,8 +58,10 @@ std::size_t safe() {
 
 std::size_t dangling() {
     const posenc::position_ids ids(numbers());  // dangles
+    const posenc::position_ids ids32(std::vector<std::int32_t>{0, 1, 2});  // dangles
     const posenc::axis_positions one(numbers());  // dangles
-    const posenc::axis_positions two(ids, numbers());  // dangles
+    const posenc::axis_positions two_0(numbers(), ids);  // dangles
+    const posenc::axis_positions two_1(ids, numbers());  // dangles
     const posenc::axis_positions three_0(numbers(), ids, ids);  // dangles
     const posenc::axis_positions three_1(ids, numbers(), ids);  // dangles
     const posenc::axis_positions three_2(ids, ids, numbers());  // dangles
@@ -101,7 +103,7 @@ std::size_t dangling() {
     const auto& value = error().value();  // dangles
     const auto& why = error().why();  // dangles
     const auto& spec = config().rope_for("full_attention");  // dangles
-    return use(ids, one, two, three_0, three_1, three_2, axis, mids, pids, c, s, row, all, table_freq, keys, values, pos,
+    return use(ids, ids32, one, two_0, two_1, three_0, three_1, three_2, axis, mids, pids, c, s, row, all, table_freq, keys, values, pos,
                k_storage, v_storage, p_storage, transform, t, buckets, dims, freq, ex, any_dims, any_freq, any_ex, m_dims,
                m_freq, m_pairs, m_params, slopes, a_params, x_dims, x_params, x_freq, weight, rescale, key, value, why,
                spec);
