@@ -150,17 +150,13 @@ public:
     template <storage_type T>
     void apply_normed(const head_rms_norm& q_norm, heads_view<T> q, const head_rms_norm& k_norm, heads_view<T> k,
                       position_ids pos) const {
-        auto job = in_place_job(q, k, pos, rotation::forward, nullptr);
-        attach_norms(job, q_norm, k_norm);
-        execute(job);
+        execute_normed(in_place_job(q, k, pos, rotation::forward, nullptr), q_norm, k_norm);
     }
     template <storage_type T>
     void apply_normed(const cos_sin_table& table, const head_rms_norm& q_norm, heads_view<T> q,
                       const head_rms_norm& k_norm, heads_view<T> k, position_ids pos) const {
         check_table(table, pos);
-        auto job = in_place_job(q, k, pos, rotation::forward, &table);
-        attach_norms(job, q_norm, k_norm);
-        execute(job);
+        execute_normed(in_place_job(q, k, pos, rotation::forward, &table), q_norm, k_norm);
     }
     /// Out of place: q_dst ← rope(q_norm(q_src)), k_dst ← rope(k_norm(k_src)).
     template <class S1, storage_type D1, class S2, storage_type D2>
@@ -168,9 +164,7 @@ public:
     void apply_normed_into(const head_rms_norm& q_norm, heads_view<S1> q_src, heads_view<D1> q_dst,
                            const head_rms_norm& k_norm, heads_view<S2> k_src, heads_view<D2> k_dst,
                            position_ids pos) const {
-        auto job = out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, nullptr);
-        attach_norms(job, q_norm, k_norm);
-        execute(job);
+        execute_normed(out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, nullptr), q_norm, k_norm);
     }
     template <class S1, storage_type D1, class S2, storage_type D2>
         requires storage_type<std::remove_const_t<S1>> && storage_type<std::remove_const_t<S2>>
@@ -178,9 +172,7 @@ public:
                            heads_view<D1> q_dst, const head_rms_norm& k_norm, heads_view<S2> k_src,
                            heads_view<D2> k_dst, position_ids pos) const {
         check_table(table, pos);
-        auto job = out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, &table);
-        attach_norms(job, q_norm, k_norm);
-        execute(job);
+        execute_normed(out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, &table), q_norm, k_norm);
     }
 
     /// Unchecked table path for hot loops. Preconditions (asserted in debug builds): the views match
@@ -250,7 +242,8 @@ private:
                              dir, table);
     }
 
-    void attach_norms(detail::rotate_job& job, const head_rms_norm& q_norm, const head_rms_norm& k_norm) const {
+    /// Runs `job` with each present view normalised first by its norm (whose width must be head_dim).
+    void execute_normed(detail::rotate_job job, const head_rms_norm& q_norm, const head_rms_norm& k_norm) const {
         const head_rms_norm* norms[2] = {&q_norm, &k_norm};
         for (std::size_t v = 0; v < 2; ++v) {
             if (job.views[v].empty()) continue;
@@ -261,6 +254,7 @@ private:
             job.views[v].norm_weight = norms[v]->weight().data();
             job.views[v].norm_eps = norms[v]->eps();
         }
+        execute(job);
     }
 
     detail::rotate_job unchecked_job(const detail::job_view& q, const detail::job_view& k, const position_ids& pos,
