@@ -1,8 +1,9 @@
 // Shared, immutable posenc objects (tables, schedules, rotaries, biases, sinusoidal, attention's
 // inputs and encodings, a filled kv_cache read through attention) used from many
 // std::threads at once, each thread with its own buffers: every thread's result must equal a
-// single-thread run bit for bit. The tests are tagged [concurrency]; .ci/run also builds them alone
-// under ThreadSanitizer (posenc-thread-tests), with the std::thread fallback of detail/parallel.hpp.
+// single-thread run bit for bit. The tests are tagged [concurrency]; they are also built alone without
+// OpenMP (posenc-thread-tests, the std::thread path of detail/parallel.hpp), which .ci/run runs again
+// under ThreadSanitizer.
 // Each test starts its threads together (a latch) so that first uses (xsimd's CPU detection, the
 // dispatchers) race as they would in a server that starts many workers at once.
 #include <posenc/attention/attention.hpp>
@@ -16,6 +17,10 @@
 
 #include "support/catch.hpp"
 #include "support/reference.hpp"
+
+#if defined(POSENC_TEST_STD_THREADS) && defined(_OPENMP)
+#error "posenc-thread-tests must be built without OpenMP: it tests the std::thread path"
+#endif
 
 using posenc_test::random_floats;
 using posenc_test::same_bits;
