@@ -261,11 +261,19 @@ TEST_CASE("M-RoPE: bad sections, positions and tables are errors before anything
     const auto other = posenc::rotary<posenc::half_split>({.head_dim = HD}, posenc::default_rope{.base = 500}).table(32);
     expect_config_error([&] { rope.apply(other, buf.qv(T), buf.kv(T), posenc::position_ids(t)); }, "table");
     unchanged();
-    // Out of place onto the source: rejected.
-    expect_config_error([&] { rope.apply_into(posenc::heads_view<const float>(buf.qv(T)), buf.qv(T), posenc::position_ids(t)); },
+    // Out of place onto the source's memory under other strides: rejected (the source itself would be
+    // rotated in place).
+    const posenc::heads_view<float> reordered(buf.q.data(), {T, Hq, HD}, {HD, T * HD});
+    expect_config_error([&] { rope.apply_into(posenc::heads_view<const float>(buf.qv(T)), reordered, posenc::position_ids(t)); },
                         "dst", "overlapping");
     unchanged();
     // Views of another head_dim or token count.
     expect_config_error([&] { rope.apply(buf.qv(T), posenc::position_ids::consecutive(0, 3)); }, "x.tokens", "4");
     unchanged();
+    // The source itself as the destination: rotated in place, as apply does.
+    qk a(T, 9), b = a;
+    rope.apply_into(posenc::heads_view<const float>(a.qv(T)), a.qv(T), posenc::position_ids(t));
+    rope.apply(b.qv(T), posenc::position_ids(t));
+    CHECK(a.q == b.q);
+    CHECK(a.q != qk(T, 9).q);
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "posenc/core/dtypes.hpp"
@@ -126,8 +127,19 @@ void require_in_place_views(const heads_view<T>& q, const heads_view<T>& k, std:
         throw config_error("k", "the memory of q", "Q and K of one call must be different memory (each would be rotated twice)");
 }
 
-/// An out-of-place source and destination: same shape, and not overlapping (an in-place call is
-/// the in-place API). Checked by the byte ranges the two views span.
+/// Whether dst is src itself: the same memory, element type and strides (that view of an out-of-place
+/// call is rotated in place, e.g. Q in place while K goes into a cache).
+template <class S, class D>
+[[nodiscard]] bool same_view(const heads_view<const S>& src, const heads_view<D>& dst) noexcept {
+    if constexpr (std::is_same_v<S, std::remove_const_t<D>>)
+        return src.data() == dst.data() && src.token_stride() == dst.token_stride() &&
+               src.head_stride() == dst.head_stride();
+    else
+        return false;
+}
+
+/// An out-of-place source and destination: same shape, and either the same view (rotated in place)
+/// or not overlapping. Checked by the byte ranges the two views span.
 template <class S, class D>
 void require_out_of_place(const heads_view<const S>& src, const heads_view<D>& dst, view_names names) {
     if (absent(src) && absent(dst)) return;
@@ -136,11 +148,13 @@ void require_out_of_place(const heads_view<const S>& src, const heads_view<D>& d
                            to_text(dst.tokens()) + "x" + to_text(dst.heads()) + "x" + to_text(dst.head_dim()),
                            "must equal the source's " + to_text(src.tokens()) + "x" + to_text(src.heads()) + "x" +
                                to_text(src.head_dim()));
+    if (same_view(src, dst)) return;
     const auto [s0, s1] = byte_extent(src);
     const auto [d0, d1] = byte_extent(dst);
     if (s0 < d1 && d0 < s1)
         throw config_error(std::string(names.dst), "overlapping the source",
-                           "an out-of-place destination must not overlap its source (use the in-place apply)");
+                           "a destination must be its source itself (the same memory, type and strides: rotated "
+                           "in place) or not overlap it");
 }
 
 /// Two views of one call that must not share bytes (a Q destination and a K source or destination):
