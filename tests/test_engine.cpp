@@ -317,6 +317,49 @@ TEST_CASE("apply_into writes exactly what the in-place call computes, into a cac
     }
 }
 
+TEST_CASE("apply_into with a destination that is its source rotates that view in place: Q in place, K into a cache", "[out_of_place]") {
+    const std::size_t T = 33, HQ = 4, HK = 2, D = 64, cache_tokens = 80, slot = 21;
+    posenc::rotary<posenc::interleaved> rope({.head_dim = D, .rotary_dim = 48}, posenc::default_rope{.base = 10000});
+    const auto table = rope.table(2048);
+    const auto pos = posenc::position_ids::consecutive(900, T);
+    const auto q0 = to_storage<posenc::bf16>(random_floats(T * HQ * D, 5));
+    const auto k0 = random_floats(T * HK * D, 6);
+    for (bool use_table : {false, true}) {
+        // Reference: Q in place, then K into the cache, as two calls.
+        auto q_ref = q0;
+        std::vector<posenc::bf16> cache_ref(cache_tokens * HK * D, posenc::bf16(-5.0f));
+        posenc::heads_view<posenc::bf16> q_ref_v(std::span<posenc::bf16>(q_ref), {T, HQ, D});
+        const posenc::heads_view<const float> k_src(std::span<const float>(k0), {T, HK, D});
+        posenc::heads_view<posenc::bf16> slot_ref(cache_ref.data() + slot * HK * D, {T, HK, D});
+        if (use_table) rope.apply(table, q_ref_v, pos), rope.apply_into(table, k_src, slot_ref, pos);
+        else rope.apply(q_ref_v, pos), rope.apply_into(k_src, slot_ref, pos);
+        // One call: q_dst is q_src itself.
+        auto q = q0;
+        std::vector<posenc::bf16> cache(cache_tokens * HK * D, posenc::bf16(-5.0f));
+        posenc::heads_view<posenc::bf16> qv(std::span<posenc::bf16>(q), {T, HQ, D});
+        posenc::heads_view<posenc::bf16> slot_v(cache.data() + slot * HK * D, {T, HK, D});
+        if (use_table) rope.apply_into(table, posenc::heads_view<const posenc::bf16>(qv), qv, k_src, slot_v, pos);
+        else rope.apply_into(posenc::heads_view<const posenc::bf16>(qv), qv, k_src, slot_v, pos);
+        INFO("table " << use_table);
+        CHECK(q == q_ref);
+        CHECK(cache == cache_ref);
+        CHECK(q != q0);  // it did rotate Q
+    }
+    // The same memory under other strides is not the same view: rejected, nothing written.
+    std::vector<float> buf(2 * T * HK * D, 0.25f);
+    const auto before = buf;
+    posenc::heads_view<float> a(buf.data(), {T, HK, D}), b(buf.data(), {T, HK, D}, {D, T * D});
+    posenc_test::expect_config_error([&] { rope.apply_into(posenc::heads_view<const float>(a), b, pos); }, "dst",
+                                     "overlapping");
+    CHECK(buf == before);
+    // A single view whose destination is itself equals the in-place call.
+    auto x = random_floats(T * HK * D, 7), x_ref = x;
+    posenc::heads_view<float> xv(std::span<float>(x), {T, HK, D});
+    rope.apply_into(posenc::heads_view<const float>(xv), xv, pos);
+    rope.apply(posenc::heads_view<float>(std::span<float>(x_ref), {T, HK, D}), pos);
+    CHECK(std::memcmp(x.data(), x_ref.data(), x.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("apply_into converts float to bf16 on the way, and rejects overlapping or mismatched views", "[out_of_place]") {
     const std::size_t T = 9, H = 2, D = 64;
     posenc::any_rotary rope(posenc::rope_layout::interleaved, {.head_dim = D}, posenc::default_rope{});
@@ -381,17 +424,17 @@ const invariance_setup& setup() {
     return s;
 }
 
-/// Rotates tokens [first, first + n) of the setup's data on Arch, at positions start + t (or the
-/// given list), in one call; returns Q then K.
-template <class Layout, class Arch>
-std::vector<float> rotate_call(std::size_t first, std::size_t n, const posenc::position_ids& pos,
-                               const posenc::cos_sin_table* table, const posenc::head_rms_norm* norm) {
+/// Rotates tokens [first, first + n) of the setup's data, stored as T, on Arch, at positions
+/// start + t (or the given list), in one call; returns Q then K.
+template <class Layout, class Arch, class T = float>
+std::vector<T> rotate_call(std::size_t first, std::size_t n, const posenc::position_ids& pos,
+                           const posenc::cos_sin_table* table, const posenc::head_rms_norm* norm) {
     const auto& s = setup();
-    std::vector<float> q(s.q.begin() + first * s.HQ * s.D, s.q.begin() + (first + n) * s.HQ * s.D);
-    std::vector<float> k(s.k.begin() + first * s.HK * s.D, s.k.begin() + (first + n) * s.HK * s.D);
+    auto q = to_storage<T>(std::vector<float>(s.q.begin() + first * s.HQ * s.D, s.q.begin() + (first + n) * s.HQ * s.D));
+    auto k = to_storage<T>(std::vector<float>(s.k.begin() + first * s.HK * s.D, s.k.begin() + (first + n) * s.HK * s.D));
     auto job = make_job<Layout>(s.freq, pos, s.D, table);
-    job.views[0] = posenc::heads_view<float>(std::span<float>(q), {n, s.HQ, s.D});
-    job.views[1] = posenc::heads_view<float>(std::span<float>(k), {n, s.HK, s.D});
+    job.views[0] = posenc::detail::job_view::in_place(posenc::heads_view<T>(std::span<T>(q), {n, s.HQ, s.D}));
+    job.views[1] = posenc::detail::job_view::in_place(posenc::heads_view<T>(std::span<T>(k), {n, s.HK, s.D}));
     if (norm)
         for (auto& v : job.views) {
             v.norm_weight = norm->weight().data();
@@ -403,16 +446,17 @@ std::vector<float> rotate_call(std::size_t first, std::size_t n, const posenc::p
 }
 
 /// Token `first` rotated alone at position p, its row computed directly (a decode step).
-template <class Layout, class Arch>
-std::vector<float> rotate_alone(std::size_t first, std::int64_t p, const posenc::head_rms_norm* norm) {
+template <class Layout, class Arch, class T>
+std::vector<T> rotate_alone(std::size_t first, std::int64_t p, const posenc::head_rms_norm* norm) {
     const std::vector<std::int64_t> one{p};
-    return rotate_call<Layout, Arch>(first, 1, one, nullptr, norm);
+    return rotate_call<Layout, Arch, T>(first, 1, one, nullptr, norm);
 }
 
 /// Token t's part (Q heads, then K heads) of a call's output of n tokens.
-std::vector<float> token_part(const std::vector<float>& out, std::size_t n, std::size_t t) {
+template <class T>
+std::vector<T> token_part(const std::vector<T>& out, std::size_t n, std::size_t t) {
     const auto& s = setup();
-    std::vector<float> r(out.begin() + t * s.HQ * s.D, out.begin() + (t + 1) * s.HQ * s.D);
+    std::vector<T> r(out.begin() + t * s.HQ * s.D, out.begin() + (t + 1) * s.HQ * s.D);
     const auto k0 = out.begin() + n * s.HQ * s.D;
     r.insert(r.end(), k0 + t * s.HK * s.D, k0 + (t + 1) * s.HK * s.D);
     return r;
@@ -427,7 +471,7 @@ const std::vector<std::size_t> call_sizes = posenc_test::sanitized
 /// Every call size, each token of the call equal bit for bit to the same token rotated alone (a
 /// decode call, direct row); consecutive positions from several starts up to 10^6, a table, and a
 /// scattered position list.
-template <class Layout, class Arch>
+template <class Layout, class Arch, class T>
 std::size_t check_invariance(const posenc::cos_sin_table& table, const posenc::head_rms_norm* norm) {
     std::size_t compared = 0, differing = 0;
     for (std::int64_t start : {0LL, 31LL, 99'000LL, 999'000LL}) {
@@ -442,14 +486,14 @@ std::size_t check_invariance(const posenc::cos_sin_table& table, const posenc::h
             // A consecutive run (prefill: rows from the recurrence) or the same positions as a list
             // (rows computed directly).
             const auto run = n % 3 ? posenc::position_ids::consecutive(start, n) : posenc::position_ids(pos);
-            const auto whole = rotate_call<Layout, Arch>(first, n, run, in_table && n % 2 ? &table : nullptr, norm);
+            const auto whole = rotate_call<Layout, Arch, T>(first, n, run, in_table && n % 2 ? &table : nullptr, norm);
             // Sample tokens: the first, last and a spread in between (every token for small calls).
             for (std::size_t t = 0; t < n; t += (n <= 64 ? 1 : n / 37 + 1)) {
-                const auto alone = rotate_alone<Layout, Arch>(first + t, pos[t], norm);
+                const auto alone = rotate_alone<Layout, Arch, T>(first + t, pos[t], norm);
                 differing += token_part(whole, n, t) != alone;
                 ++compared;
             }
-            const auto last = rotate_alone<Layout, Arch>(first + n - 1, pos[n - 1], norm);
+            const auto last = rotate_alone<Layout, Arch, T>(first + n - 1, pos[n - 1], norm);
             differing += token_part(whole, n, n - 1) != last;
             ++compared;
         }
@@ -461,33 +505,33 @@ std::size_t check_invariance(const posenc::cos_sin_table& table, const posenc::h
         const std::size_t n = posenc_test::sanitized ? 1024 : invariance_setup::max_tokens;
         std::vector<std::int64_t> pos(n);
         for (std::size_t t = 0; t < n; ++t) pos[t] = 1'000'000 - static_cast<std::int64_t>(n) + static_cast<std::int64_t>(t);
-        const auto whole = rotate_call<Layout, Arch>(0, n, posenc::position_ids::consecutive(pos[0], n), nullptr, norm);
+        const auto whole = rotate_call<Layout, Arch, T>(0, n, posenc::position_ids::consecutive(pos[0], n), nullptr, norm);
         for (std::size_t t = 0; t < n; ++t) {
-            differing += token_part(whole, n, t) != rotate_alone<Layout, Arch>(t, pos[t], norm);
+            differing += token_part(whole, n, t) != rotate_alone<Layout, Arch, T>(t, pos[t], norm);
             ++compared;
         }
     }
     // Scattered positions (a batch of sequences at different offsets).
     std::vector<std::int64_t> scattered;
     for (std::int64_t p : {5LL, 999'999LL, 17LL, 65'536LL, 1'000'000LL, 4095LL, 123'457LL}) scattered.push_back(p);
-    const auto whole = rotate_call<Layout, Arch>(10, scattered.size(), scattered, nullptr, norm);
+    const auto whole = rotate_call<Layout, Arch, T>(10, scattered.size(), scattered, nullptr, norm);
     for (std::size_t t = 0; t < scattered.size(); ++t) {
-        differing += token_part(whole, scattered.size(), t) != rotate_alone<Layout, Arch>(10 + t, scattered[t], norm);
+        differing += token_part(whole, scattered.size(), t) != rotate_alone<Layout, Arch, T>(10 + t, scattered[t], norm);
         ++compared;
     }
-    INFO(Arch::name() << " " << Layout::name << " norm " << (norm != nullptr));
+    INFO(Arch::name() << " " << Layout::name << " " << type_name<T>() << " norm " << (norm != nullptr));
     CHECK(differing == 0);
     return compared;
 }
 
-template <class... Archs>
+template <class T, class... Archs>
 std::size_t check_invariance_all(xsimd::arch_list<Archs...>, const posenc::head_rms_norm* norm) {
     const posenc::cos_sin_table table(setup().freq, 8192);
     std::size_t compared = 0;
     (([&] {
          if (!posenc::simd::compat::cpu_supports<Archs>()) return;
-         compared += check_invariance<posenc::half_split, Archs>(table, norm);
-         compared += check_invariance<posenc::interleaved, Archs>(table, norm);
+         compared += check_invariance<posenc::half_split, Archs, T>(table, norm);
+         compared += check_invariance<posenc::interleaved, Archs, T>(table, norm);
      }()),
      ...);
     return compared;
@@ -496,7 +540,7 @@ std::size_t check_invariance_all(xsimd::arch_list<Archs...>, const posenc::head_
 /// Architectures with the same arithmetic (FMA hardware, or none) give bit-identical results (the
 /// dispatcher picks the widest for every call, but a program built without dispatch, or for another
 /// -march, may use the other).
-template <class A, class B, class Layout>
+template <class A, class B, class Layout, class T>
 std::size_t check_same_results(const posenc::head_rms_norm* norm) {
     if (!posenc::simd::compat::cpu_supports<A>() || !posenc::simd::compat::cpu_supports<B>()) {
         WARN("this CPU lacks " << A::name() << " or " << B::name() << ": their agreement is not tested here");
@@ -507,12 +551,12 @@ std::size_t check_same_results(const posenc::head_rms_norm* norm) {
     for (std::size_t n : call_sizes) {
         std::vector<std::int64_t> pos(n);
         for (std::size_t t = 0; t < n; ++t) pos[t] = 998'000 + static_cast<std::int64_t>(t * 3);
-        differing += rotate_call<Layout, A>(0, n, pos, nullptr, norm) != rotate_call<Layout, B>(0, n, pos, nullptr, norm);
+        differing += rotate_call<Layout, A, T>(0, n, pos, nullptr, norm) != rotate_call<Layout, B, T>(0, n, pos, nullptr, norm);
         for (std::size_t t = 0; t < n; ++t) pos[t] = static_cast<std::int64_t>(t);
-        differing += rotate_call<Layout, A>(0, n, pos, &table, norm) != rotate_call<Layout, B>(0, n, pos, &table, norm);
+        differing += rotate_call<Layout, A, T>(0, n, pos, &table, norm) != rotate_call<Layout, B, T>(0, n, pos, &table, norm);
         compared += 2;
     }
-    INFO(A::name() << " vs " << B::name() << " " << Layout::name);
+    INFO(A::name() << " vs " << B::name() << " " << Layout::name << " " << type_name<T>());
     CHECK(differing == 0);
     return compared;
 }
@@ -520,24 +564,31 @@ std::size_t check_same_results(const posenc::head_rms_norm* norm) {
 }  // namespace
 
 TEST_CASE("batch invariance: a token's result does not depend on the call size or its place in the call", "[invariance][simd]") {
-    REQUIRE(check_invariance_all(posenc::simd::dispatch_archs{}, nullptr) > 0);
+    REQUIRE(check_invariance_all<float>(posenc::simd::dispatch_archs{}, nullptr) > 0);
 }
 
-TEST_CASE("batch invariance of the fused RMSNorm + RoPE", "[invariance][simd][norm]") {
+// bf16 (through the word-pair path wherever it runs) and fp16: a token's 16-bit result does not
+// depend on the call either.
+TEMPLATE_TEST_CASE("batch invariance in 16-bit storage", "[invariance][simd][dtypes]", posenc::bf16, posenc::fp16) {
+    REQUIRE(check_invariance_all<TestType>(posenc::simd::dispatch_archs{}, nullptr) > 0);
+}
+
+TEMPLATE_TEST_CASE("batch invariance of the fused RMSNorm + RoPE", "[invariance][simd][norm]", float, posenc::bf16, posenc::fp16) {
     std::vector<float> w(128);
     for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + 0.01f * static_cast<float>(i);
     const posenc::head_rms_norm norm(w, 1e-6);
-    REQUIRE(check_invariance_all(posenc::simd::dispatch_archs{}, &norm) > 0);
+    REQUIRE(check_invariance_all<TestType>(posenc::simd::dispatch_archs{}, &norm) > 0);
 }
 
-TEST_CASE("AVX-512 and AVX2 (and SSE4.2 and SSE2) compute every lane identically", "[invariance][simd]") {
+TEMPLATE_TEST_CASE("AVX-512 and AVX2 (and SSE4.2 and SSE2) compute every lane identically", "[invariance][simd]", float,
+                   posenc::bf16, posenc::fp16) {
     std::vector<float> w(128, 1.25f);
     const posenc::head_rms_norm norm(w, 1e-5);
     for (const posenc::head_rms_norm* n : {static_cast<const posenc::head_rms_norm*>(nullptr), &norm}) {
-        check_same_results<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, posenc::half_split>(n);
-        check_same_results<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, posenc::interleaved>(n);
-        CHECK(check_same_results<xsimd::sse4_2, xsimd::sse2, posenc::half_split>(n) == 2 * call_sizes.size());
-        CHECK(check_same_results<xsimd::sse4_2, xsimd::sse2, posenc::interleaved>(n) == 2 * call_sizes.size());
+        check_same_results<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, posenc::half_split, TestType>(n);
+        check_same_results<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, posenc::interleaved, TestType>(n);
+        CHECK(check_same_results<xsimd::sse4_2, xsimd::sse2, posenc::half_split, TestType>(n) == 2 * call_sizes.size());
+        CHECK(check_same_results<xsimd::sse4_2, xsimd::sse2, posenc::interleaved, TestType>(n) == 2 * call_sizes.size());
     }
 }
 
@@ -750,6 +801,55 @@ TEST_CASE("apply_normed_into: from a table or on the fly, the in-place result wr
             CHECK(k_out == std::vector<float>(k.size(), 0.0f));
         }
     }
+}
+
+TEST_CASE("one-view apply_normed and apply_normed_into equal the two-view call's Q, through any_rotary too", "[norm][out_of_place]") {
+    const std::size_t T = 11, HQ = 3, HK = 2, D = 64;
+    const posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{.base = 1e6});
+    const auto table = rope.table(64);
+    const posenc::head_rms_norm qn(random_floats(D, 71, 0.3f), 1e-6), kn(random_floats(D, 72, 0.3f), 1e-6);
+    const auto q = to_storage<posenc::fp16>(random_floats(T * HQ * D, 73));
+    const auto k = to_storage<posenc::fp16>(random_floats(T * HK * D, 74));
+    const auto pos = posenc::position_ids::consecutive(40, T);
+    auto q_ref = q, k_ref = k;
+    rope.apply_normed(qn, posenc::heads_view<posenc::fp16>(std::span<posenc::fp16>(q_ref), {T, HQ, D}), kn,
+                      posenc::heads_view<posenc::fp16>(std::span<posenc::fp16>(k_ref), {T, HK, D}), pos);
+    for (const bool from_table : {false, true}) {
+        CAPTURE(from_table);
+        auto q1 = q;
+        const posenc::heads_view<posenc::fp16> qv(std::span<posenc::fp16>(q1), {T, HQ, D});
+        if (from_table) rope.apply_normed(table, qn, qv, pos);
+        else rope.apply_normed(qn, qv, pos);
+        CHECK(q1 == q_ref);
+        std::vector<posenc::fp16> out(q.size());
+        const posenc::heads_view<const posenc::fp16> qs(std::span<const posenc::fp16>(q), {T, HQ, D});
+        const posenc::heads_view<posenc::fp16> od(std::span<posenc::fp16>(out), {T, HQ, D});
+        if (from_table) rope.apply_normed_into(table, qn, qs, od, pos);
+        else rope.apply_normed_into(qn, qs, od, pos);
+        CHECK(out == q_ref);
+    }
+    // The norm's error names it as the call's one norm; nothing written.
+    const posenc::head_rms_norm wrong(std::vector<float>(32, 1.0f), 1e-6);
+    auto q1 = q;
+    posenc_test::expect_config_error(
+        [&] { rope.apply_normed(wrong, posenc::heads_view<posenc::fp16>(std::span<posenc::fp16>(q1), {T, HQ, D}), pos); },
+        "norm.weight", "32");
+    CHECK(q1 == q);
+}
+
+TEST_CASE("apply_unchecked takes 16-bit views and equals the checked call", "[dtypes]") {
+    const std::size_t T = 13, HQ = 3, HK = 1, D = 128;
+    const posenc::rotary<posenc::interleaved> rope({.head_dim = D}, posenc::default_rope{});
+    const auto table = rope.table(T);
+    const auto pos = posenc::position_ids::consecutive(0, T);
+    auto q = to_storage<posenc::bf16>(random_floats(T * HQ * D, 75)), k = to_storage<posenc::bf16>(random_floats(T * HK * D, 76));
+    auto q_ref = q, k_ref = k;
+    rope.apply(table, posenc::heads_view<posenc::bf16>(std::span<posenc::bf16>(q_ref), {T, HQ, D}),
+               posenc::heads_view<posenc::bf16>(std::span<posenc::bf16>(k_ref), {T, HK, D}), pos);
+    rope.apply_unchecked(table, posenc::heads_view<posenc::bf16>(std::span<posenc::bf16>(q), {T, HQ, D}),
+                         posenc::heads_view<posenc::bf16>(std::span<posenc::bf16>(k), {T, HK, D}), pos);
+    CHECK(q == q_ref);
+    CHECK(k == k_ref);
 }
 
 // ---- xPos in 16-bit storage, in and out of place ----------------------------------------------------

@@ -17,7 +17,10 @@ struct thread_pool {
         for (std::size_t i = 1; i < n; ++i) ts.emplace_back(f, i);
         f(0);
         for (auto& t : ts) t.join();
+        tasks += n;
     }
+    [[nodiscard]] std::size_t tasks_run() const { return tasks; }
+    std::size_t tasks = 0;
 };
 }  // namespace
 
@@ -44,8 +47,9 @@ TEST_CASE("README snippets: using posenc inside an engine", "[readme][engine]") 
     std::vector<posenc::bf16> k_cache(max_tokens * kv_heads * head_dim);  // [max_tokens, kv_heads, head_dim]
     posenc::heads_view<const float> k_proj(std::span<const float>(k), {tokens, kv_heads, head_dim});
     posenc::heads_view<posenc::bf16> slot(std::span<posenc::bf16>(k_cache).subspan(cache_len * kv_heads * head_dim),
-                                          {tokens, kv_heads, head_dim});  // checked: a slot running past the end throws
+                                          {tokens, kv_heads, head_dim});  // a slot past the end throws (cache_len ≤ max_tokens)
     rope.apply_into(table, k_proj, slot, pos);  // float → rotated → bf16, one read, one write
+    rope.apply_into(table, posenc::heads_view<const float>(qv), qv, k_proj, slot, pos);  // Q in place, K into the cache
     // --- end ---
     const std::span<posenc::bf16> last_slot = std::span<posenc::bf16>(k_cache).subspan((max_tokens - 1) * kv_heads * head_dim);
     CHECK_THROWS_AS(posenc::heads_view<posenc::bf16>(last_slot, {tokens, kv_heads, head_dim}), posenc::range_error);
@@ -59,6 +63,10 @@ TEST_CASE("README snippets: using posenc inside an engine", "[readme][engine]") 
     // --- end ---
     CHECK(same);
 
+    auto q_single = q, k_single = k;  // the single-threaded result, for the check below
+    rope.apply(table, posenc::heads_view<float>(std::span<float>(q_single), {tokens, q_heads, head_dim}),
+               posenc::heads_view<float>(std::span<float>(k_single), {tokens, kv_heads, head_dim}), pos);
+
     // --- threads ---
     rope.set_threads(8);  // large calls are split into up to 8 slices of tokens
     rope.set_executor([&pool](std::size_t n, const std::function<void(std::size_t)>& task) {
@@ -66,6 +74,9 @@ TEST_CASE("README snippets: using posenc inside an engine", "[readme][engine]") 
     });
     rope.apply(table, qv, kv, pos);  // bit-identical to the single-threaded result
     // --- end ---
+    CHECK(std::memcmp(q.data(), q_single.data(), q.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(k.data(), k_single.data(), k.size() * sizeof(float)) == 0);
+    CHECK(pool.tasks_run() > 1);  // the call was split onto the pool
     rope.set_executor({});
     rope.set_threads(1);
 

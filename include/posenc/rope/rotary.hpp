@@ -17,7 +17,10 @@
 // Dynamic schedules (dynamic_ntk, longrope) are evaluated once, for the seq_len given to the
 // constructor; build a new rotary when the length changes (it costs rotary_dim/2 pow calls).
 
+#include <array>
 #include <cassert>
+#include <string>
+#include <string_view>
 
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/dtypes.hpp"
@@ -158,7 +161,33 @@ public:
         check_table(table, pos);
         execute_normed(in_place_job(q, k, pos, rotation::forward, &table), q_norm, k_norm);
     }
-    /// Out of place: q_dst ← rope(q_norm(q_src)), k_dst ← rope(k_norm(k_src)).
+    /// One view (Q or K alone): x ← rope(norm(x)), in place.
+    template <storage_type T>
+    void apply_normed(const head_rms_norm& norm, heads_view<T> x, position_ids pos) const {
+        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, nullptr, "x"), norm, norm, single_norm);
+    }
+    template <storage_type T>
+    void apply_normed(const cos_sin_table& table, const head_rms_norm& norm, heads_view<T> x, position_ids pos) const {
+        check_table(table, pos);
+        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, &table, "x"), norm, norm, single_norm);
+    }
+    /// Out of place: q_dst ← rope(q_norm(q_src)), k_dst ← rope(k_norm(k_src)); one view: dst ← rope(norm(src)).
+    template <class S, storage_type D>
+        requires storage_type<std::remove_const_t<S>>
+    void apply_normed_into(const head_rms_norm& norm, heads_view<S> src, heads_view<D> dst, position_ids pos) const {
+        execute_normed(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, rotation::forward,
+                                        nullptr, detail::single_view),
+                       norm, norm, single_norm);
+    }
+    template <class S, storage_type D>
+        requires storage_type<std::remove_const_t<S>>
+    void apply_normed_into(const cos_sin_table& table, const head_rms_norm& norm, heads_view<S> src, heads_view<D> dst,
+                           position_ids pos) const {
+        check_table(table, pos);
+        execute_normed(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, rotation::forward,
+                                        &table, detail::single_view),
+                       norm, norm, single_norm);
+    }
     template <class S1, storage_type D1, class S2, storage_type D2>
         requires storage_type<std::remove_const_t<S1>> && storage_type<std::remove_const_t<S2>>
     void apply_normed_into(const head_rms_norm& q_norm, heads_view<S1> q_src, heads_view<D1> q_dst,
@@ -175,10 +204,15 @@ public:
         execute_normed(out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, &table), q_norm, k_norm);
     }
 
-    /// Unchecked table path for hot loops. Preconditions (asserted in debug builds): the views match
-    /// dims().head_dim and pos.size(), every position is inside the table, the table was built by this
-    /// rotary's frequencies.
+    /// Unchecked table path for hot loops, in place, float or 16-bit. Preconditions (asserted in debug
+    /// builds): the views match dims().head_dim and pos.size(), every position is inside the table, the
+    /// table was built by this rotary's frequencies.
     void apply_unchecked(const cos_sin_table& table, heads_view<float> q, heads_view<float> k, position_ids pos,
+                         rotation dir = rotation::forward) const {
+        apply_unchecked<float>(table, q, k, pos, dir);
+    }
+    template <storage_type T>
+    void apply_unchecked(const cos_sin_table& table, heads_view<T> q, heads_view<T> k, position_ids pos,
                          rotation dir = rotation::forward) const {
         assert(table.inv_freq() == freq_.inv_freq);
         assert(pos.size() == 0 || (table.contains(pos.bounds().first) && table.contains(pos.bounds().second)));
@@ -212,7 +246,8 @@ private:
         return schedule.frequencies(dims.rotary(), seq_len);
     }
 
-    [[nodiscard]] bool view_matches(const heads_view<float>& v, const position_ids& pos) const noexcept {
+    template <class T>
+    [[nodiscard]] bool view_matches(const heads_view<T>& v, const position_ids& pos) const noexcept {
         return detail::absent(v) || (v.head_dim() == dims_.head_dim && v.tokens() == pos.size());
     }
 
@@ -242,13 +277,18 @@ private:
                              dir, table);
     }
 
+    /// The names a call's norms go by in its errors.
+    static constexpr std::array<std::string_view, 2> q_k_norms{"q_norm.weight", "k_norm.weight"},
+        single_norm{"norm.weight", "norm.weight"};
+
     /// Runs `job` with each present view normalised first by its norm (whose width must be head_dim).
-    void execute_normed(detail::rotate_job job, const head_rms_norm& q_norm, const head_rms_norm& k_norm) const {
+    void execute_normed(detail::rotate_job job, const head_rms_norm& q_norm, const head_rms_norm& k_norm,
+                        std::array<std::string_view, 2> names = q_k_norms) const {
         const head_rms_norm* norms[2] = {&q_norm, &k_norm};
         for (std::size_t v = 0; v < 2; ++v) {
             if (job.views[v].empty()) continue;
             if (norms[v]->head_dim() != dims_.head_dim)
-                throw config_error(v == 0 ? "q_norm.weight" : "k_norm.weight",
+                throw config_error(std::string(names[v]),
                                    "of " + detail::to_text(norms[v]->head_dim()) + " entries",
                                    "needs head_dim = " + detail::to_text(dims_.head_dim) + " entries");
             job.views[v].norm_weight = norms[v]->weight().data();
