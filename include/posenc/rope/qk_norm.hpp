@@ -1,11 +1,11 @@
 #pragma once
-// head_rms_norm: the per-head RMSNorm that Qwen3, Gemma-3 and OLMo-style models apply to Q and K
+// head_rms_norm: the per-head RMSNorm that Qwen3 and Gemma-3 apply to Q and K
 // right before RoPE (HF Qwen3RMSNorm / Gemma3RMSNorm on q_norm, k_norm):
 //   y = x · 1/√(mean over head_dim of x² + eps) · w
 // with a [head_dim] weight w (Gemma: w = 1 + weight, rms_weight::offset_one, computed once in float as
 // Gemma does). rotary::apply_normed fuses it with the rotation: read once, normalise, rotate, write once.
-// OLMo-2 normalises over all heads of a token at once (q_norm over num_heads·head_dim): that is not
-// this per-head form and is not covered.
+// OLMo-2 and OLMo-3 normalise over all heads of a token at once (q_norm over num_heads·head_dim):
+// that is not this per-head form and is not covered.
 
 #include <cmath>
 #include <span>
@@ -17,7 +17,7 @@
 namespace posenc {
 
 enum class rms_weight {
-    plain,       ///< y = x̂ · weight (Qwen3, OLMo-3 style per-head norms)
+    plain,       ///< y = x̂ · weight (Qwen3)
     offset_one,  ///< y = x̂ · (1 + weight) (Gemma-2/3)
 };
 

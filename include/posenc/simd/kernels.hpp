@@ -12,7 +12,7 @@
 // the same FMAs (arch_ops), the cos/sin row computed by the same per-lane double formulas (prefill's
 // recurrence rows only where they provably equal those), the lanes
 // past the last full vector through the same vector code on a zero-padded copy, the norm's sum of
-// squares in a fixed 16-lane order — so a token's result does not depend on the vector width, on the
+// squares in a fixed 32-lane order — so a token's result does not depend on the vector width, on the
 // call's size or on where the token sits in the call.
 //
 // Only arch-templated code lives here (see rotate_args.hpp for why).
