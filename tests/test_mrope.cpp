@@ -262,9 +262,13 @@ TEST_CASE("M-RoPE: bad sections, positions and tables are errors before anything
     expect_config_error([&] { rope.apply(other, buf.qv(T), buf.kv(T), posenc::position_ids(t)); }, "table");
     unchanged();
     // Out of place onto the source's memory under other strides: rejected (the source itself would be
-    // rotated in place).
+    // rotated in place), and so is a destination overlapping it elsewhere.
     const posenc::heads_view<float> reordered(buf.q.data(), {T, Hq, HD}, {HD, T * HD});
     expect_config_error([&] { rope.apply_into(posenc::heads_view<const float>(buf.qv(T)), reordered, posenc::position_ids(t)); },
+                        "dst.token_stride", std::to_string(HD));
+    const posenc::heads_view<float> shifted(buf.q.data() + 1, {T - 1, Hq, HD});
+    expect_config_error([&] { rope.apply_into(posenc::heads_view<const float>(buf.q.data(), {T - 1, Hq, HD}), shifted,
+                                              posenc::position_ids::consecutive(0, T - 1)); },
                         "dst", "overlapping");
     unchanged();
     // Views of another head_dim or token count.

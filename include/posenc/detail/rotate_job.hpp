@@ -3,8 +3,10 @@
 // element types, optionally normalised first), which positions, where cos/sin come from.
 // The public API validates it; backends (scalar reference, SIMD) only execute it.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -115,6 +117,32 @@ template <class T>
     return {b, b + last * sizeof(T)};
 }
 
+/// Whether two views may share a byte. By the byte ranges they span, except where both have the same
+/// token stride in bytes: then token by token, each token's row (its heads, from the first head's
+/// first lane to the last head's last) against every row of the other, so that Q and K of one fused
+/// QKV row, which interleave row by row, are disjoint. Conservative: views interleaved within a row
+/// (even and odd heads) count as overlapping.
+template <class A, class B>
+[[nodiscard]] bool may_overlap(const heads_view<A>& a, const heads_view<B>& b) noexcept {
+    const auto [a0, a1] = byte_extent(a);
+    const auto [b0, b1] = byte_extent(b);
+    const auto at = [](const char* p) { return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p)); };
+    if (a0 == nullptr || b0 == nullptr || at(a1) <= at(b0) || at(b1) <= at(a0)) return false;
+    const auto ts = static_cast<std::int64_t>(a.token_stride() * sizeof(A));
+    if (a.tokens() == 1 || b.tokens() == 1 || ts == 0 || ts != static_cast<std::int64_t>(b.token_stride() * sizeof(B)))
+        return true;  // one row each (their spans overlap), or rows of different strides
+    const auto row = [](const auto& v, std::size_t size) {
+        return static_cast<std::int64_t>(((v.heads() - 1) * v.head_stride() + v.head_dim()) * size);
+    };
+    const std::int64_t ra = row(a, sizeof(A)), rb = row(b, sizeof(B)), d = at(b0) - at(a0);
+    // a's row t and b's row u meet when d + (u − t)·ts lies in (−rb, ra); k = u − t ∈ [1 − Ta, Tb − 1].
+    // The smallest k with d + k·ts > −rb:
+    const std::int64_t num = -rb - d;
+    const std::int64_t k = (num >= 0 ? num / ts : -((-num + ts - 1) / ts)) + 1;
+    const std::int64_t k_lo = std::max<std::int64_t>(k, 1 - static_cast<std::int64_t>(a.tokens()));
+    return k_lo <= static_cast<std::int64_t>(b.tokens()) - 1 && d + k_lo * ts < ra;
+}
+
 /// The two views of an in-place call with Q and K: each a view for the call, and not the same memory
 /// (each would be rotated twice). Other overlaps are not detected: Q and K of a fused QKV row
 /// interleave in memory without sharing an element, so their byte ranges cannot tell.
@@ -127,19 +155,9 @@ void require_in_place_views(const heads_view<T>& q, const heads_view<T>& k, std:
         throw config_error("k", "the memory of q", "Q and K of one call must be different memory (each would be rotated twice)");
 }
 
-/// Whether dst is src itself: the same memory, element type and strides (that view of an out-of-place
-/// call is rotated in place, e.g. Q in place while K goes into a cache).
-template <class S, class D>
-[[nodiscard]] bool same_view(const heads_view<const S>& src, const heads_view<D>& dst) noexcept {
-    if constexpr (std::is_same_v<S, std::remove_const_t<D>>)
-        return src.data() == dst.data() && src.token_stride() == dst.token_stride() &&
-               src.head_stride() == dst.head_stride();
-    else
-        return false;
-}
-
-/// An out-of-place source and destination: same shape, and either the same view (rotated in place)
-/// or not overlapping. Checked by the byte ranges the two views span.
+/// An out-of-place source and destination: same shape, and either the source itself (the same
+/// memory, element type and strides, where they matter: that view is rotated in place, e.g. Q in
+/// place while K goes into a cache) or not overlapping (may_overlap).
 template <class S, class D>
 void require_out_of_place(const heads_view<const S>& src, const heads_view<D>& dst, view_names names) {
     if (absent(src) && absent(dst)) return;
@@ -148,23 +166,31 @@ void require_out_of_place(const heads_view<const S>& src, const heads_view<D>& d
                            to_text(dst.tokens()) + "x" + to_text(dst.heads()) + "x" + to_text(dst.head_dim()),
                            "must equal the source's " + to_text(src.tokens()) + "x" + to_text(src.heads()) + "x" +
                                to_text(src.head_dim()));
-    if (same_view(src, dst)) return;
-    const auto [s0, s1] = byte_extent(src);
-    const auto [d0, d1] = byte_extent(dst);
-    if (s0 < d1 && d0 < s1)
+    if (!src.empty() && static_cast<const void*>(src.data()) == static_cast<const void*>(dst.data())) {
+        // The source's memory: rotated in place when it is the same view.
+        const std::string in_place = " to rotate its source in place (a destination on the source's memory)";
+        if constexpr (!std::is_same_v<S, std::remove_const_t<D>>)
+            throw config_error(std::string(names.dst), "the source's memory in another element type",
+                               "must have the source's element type" + in_place);
+        if (src.tokens() > 1 && dst.token_stride() != src.token_stride())
+            throw config_error(std::string(names.dst) + ".token_stride", to_text(dst.token_stride()),
+                               "must equal the source's " + to_text(src.token_stride()) + in_place);
+        if (src.heads() > 1 && dst.head_stride() != src.head_stride())
+            throw config_error(std::string(names.dst) + ".head_stride", to_text(dst.head_stride()),
+                               "must equal the source's " + to_text(src.head_stride()) + in_place);
+        return;
+    }
+    if (may_overlap(src, dst))
         throw config_error(std::string(names.dst), "overlapping the source",
-                           "a destination must be its source itself (the same memory, type and strides: rotated "
-                           "in place) or not overlap it");
+                           "a destination must be its source itself (rotated in place) or not overlap it");
 }
 
 /// Two views of one call that must not share bytes (a Q destination and a K source or destination):
 /// otherwise one view's writes would change what the other reads, or the result would depend on the
-/// order of the work. Checked by the byte ranges the two views span.
+/// order of the work. Checked by may_overlap.
 template <class A, class B>
 void require_disjoint(const heads_view<A>& a, const heads_view<B>& b, std::string_view a_name, std::string_view b_name) {
-    const auto [a0, a1] = byte_extent(a);
-    const auto [b0, b1] = byte_extent(b);
-    if (a0 != nullptr && b0 != nullptr && a0 < b1 && b0 < a1)
+    if (may_overlap(a, b))
         throw config_error(std::string(a_name), "overlapping " + std::string(b_name),
                            "the views of one call must not overlap");
 }
