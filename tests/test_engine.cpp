@@ -345,19 +345,106 @@ TEST_CASE("apply_into with a destination that is its source rotates that view in
         CHECK(cache == cache_ref);
         CHECK(q != q0);  // it did rotate Q
     }
-    // The same memory under other strides is not the same view: rejected, nothing written.
+    // The source's memory under another stride or element type is not the source: rejected, naming
+    // what differs, nothing written.
     std::vector<float> buf(2 * T * HK * D, 0.25f);
     const auto before = buf;
-    posenc::heads_view<float> a(buf.data(), {T, HK, D}), b(buf.data(), {T, HK, D}, {D, T * D});
-    posenc_test::expect_config_error([&] { rope.apply_into(posenc::heads_view<const float>(a), b, pos); }, "dst",
-                                     "overlapping");
+    posenc::heads_view<float> a(buf.data(), {T, HK, D}, {4 * D, D}), b(buf.data(), {T, HK, D}, {D, T * D}),
+        c(buf.data(), {T, HK, D}, {4 * D, 2 * D});
+    posenc_test::expect_config_error([&] { rope.apply_into(posenc::heads_view<const float>(a), b, pos); }, "dst.token_stride",
+                                     "64");
+    posenc_test::expect_config_error([&] { rope.apply_into(posenc::heads_view<const float>(a), c, pos); }, "dst.head_stride",
+                                     "128");
     CHECK(buf == before);
+    std::vector<posenc::bf16> b16(T * HK * D, posenc::bf16(0.5f));
+    const auto b16_before = b16;
+    const posenc::heads_view<const posenc::bf16> s16(std::span<const posenc::bf16>(b16), {T, HK, D});
+    const posenc::heads_view<posenc::fp16> as_fp16(reinterpret_cast<posenc::fp16*>(b16.data()), {T, HK, D});  // never read
+    posenc_test::expect_config_error([&] { rope.apply_into(s16, as_fp16, pos); }, "dst", "another element type");
+    CHECK(b16 == b16_before);
+    // One token: the strides do not matter, a dense view over a strided row is that row (decode).
+    auto row = random_floats(3 * HK * D, 8);  // one token of a wider row: heads at a stride of 3·D
+    auto row_ref = row;
+    const posenc::heads_view<float> strided(row.data(), {1, HK, D}, {3 * HK * D, 3 * D});
+    const posenc::heads_view<float> same_row(row.data(), {1, HK, D}, {100 * D, 3 * D});
+    const auto at = posenc::position_ids::consecutive(4321, 1);
+    rope.apply_into(posenc::heads_view<const float>(strided), same_row, at);
+    rope.apply(posenc::heads_view<float>(row_ref.data(), {1, HK, D}, {3 * HK * D, 3 * D}), at);
+    CHECK(row == row_ref);
     // A single view whose destination is itself equals the in-place call.
     auto x = random_floats(T * HK * D, 7), x_ref = x;
     posenc::heads_view<float> xv(std::span<float>(x), {T, HK, D});
     rope.apply_into(posenc::heads_view<const float>(xv), xv, pos);
     rope.apply(posenc::heads_view<float>(std::span<float>(x_ref), {T, HK, D}), pos);
     CHECK(std::memcmp(x.data(), x_ref.data(), x.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("Q and K of one fused QKV buffer: Q in place and K into a cache in one call, token rows checked exactly", "[out_of_place]") {
+    const std::size_t T = 17, HQ = 4, HK = 2, D = 64, row = (HQ + 2 * HK) * D, cache_tokens = 40, slot = 9;
+    posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{.base = 500000});
+    const auto pos = posenc::position_ids::consecutive(250, T);
+    const auto qkv0 = random_floats(T * row, 9);
+    auto q_of = [&](std::vector<float>& qkv) { return posenc::heads_view<float>(qkv.data(), {T, HQ, D}, {row, D}); };
+    auto k_of = [&](std::vector<float>& qkv) { return posenc::heads_view<float>(qkv.data() + HQ * D, {T, HK, D}, {row, D}); };
+    // Reference: Q in place, then K into the cache, two calls.
+    auto qkv_ref = qkv0;
+    std::vector<float> cache_ref(cache_tokens * HK * D, -3.0f);
+    rope.apply(q_of(qkv_ref), pos);
+    rope.apply_into(posenc::heads_view<const float>(k_of(qkv_ref)),
+                    posenc::heads_view<float>(cache_ref.data() + slot * HK * D, {T, HK, D}), pos);
+    for (unsigned threads : {1u, 3u}) {
+        CAPTURE(threads);
+        rope.set_threads(threads);
+        auto qkv = qkv0;
+        std::vector<float> cache(cache_tokens * HK * D, -3.0f);
+        const auto qv = q_of(qkv);
+        rope.apply_into(posenc::heads_view<const float>(qv), qv, posenc::heads_view<const float>(k_of(qkv)),
+                        posenc::heads_view<float>(cache.data() + slot * HK * D, {T, HK, D}), pos);
+        CHECK(qkv == qkv_ref);  // Q rotated in place, K and V untouched
+        CHECK(cache == cache_ref);
+    }
+    rope.set_threads(1);
+    // A K view that reaches one lane into Q's last head of each row does share bytes: rejected.
+    auto qkv = qkv0;
+    const auto qv = q_of(qkv);
+    const posenc::heads_view<const float> k_shifted(qkv.data() + HQ * D - 1, {T, HK, D}, {row, D});
+    std::vector<float> cache(T * HK * D);
+    posenc_test::expect_config_error(
+        [&] { rope.apply_into(posenc::heads_view<const float>(qv), qv, k_shifted, posenc::heads_view<float>(std::span<float>(cache), {T, HK, D}), pos); },
+        "q_dst", "k_src");
+    // So does a K source that is Q's memory, with Q in place.
+    posenc_test::expect_config_error(
+        [&] {
+            rope.apply_into(posenc::heads_view<const float>(qv), qv, posenc::heads_view<const float>(qkv.data(), {T, HK, D}, {row, D}),
+                            posenc::heads_view<float>(std::span<float>(cache), {T, HK, D}), pos);
+        },
+        "q_dst", "k_src");
+    CHECK(qkv == qkv0);
+}
+
+TEST_CASE("a destination that is its source, with the fused norm, threads and xPos", "[out_of_place][norm][xpos]") {
+    const std::size_t T = 600, H = 4, D = 128;  // 300K floats: split into slices with set_threads(3)
+    posenc::rotary<posenc::interleaved> rope({.head_dim = D, .rotary_dim = 96}, posenc::default_rope{});
+    rope.set_threads(3);
+    const posenc::head_rms_norm norm(random_floats(D, 81, 0.3f), 1e-6);
+    const auto pos = posenc::position_ids::consecutive(3, T);
+    auto x = to_storage<posenc::bf16>(random_floats(T * H * D, 82)), x_ref = x;
+    const posenc::heads_view<posenc::bf16> xv(std::span<posenc::bf16>(x), {T, H, D});
+    rope.apply_normed_into(norm, posenc::heads_view<const posenc::bf16>(xv), xv, pos);
+    rope.apply_normed(norm, posenc::heads_view<posenc::bf16>(std::span<posenc::bf16>(x_ref), {T, H, D}), pos);
+    CHECK(x == x_ref);
+    // An empty view that is given still has its norm checked.
+    const posenc::head_rms_norm narrow(std::vector<float>(32, 1.0f), 1e-6);
+    posenc_test::expect_config_error(
+        [&] { rope.apply_normed(narrow, posenc::heads_view<posenc::bf16>(x.data(), {T, 0, D}), pos); }, "norm.weight", "32");
+
+    const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, posenc::xpos{});
+    auto y = random_floats(5 * H * D, 83), y_ref = y;
+    const posenc::heads_view<float> yv(std::span<float>(y), {5, H, D});
+    const auto p5 = posenc::position_ids::consecutive(10, 5);
+    xp.apply_keys_into(posenc::heads_view<const float>(yv), yv, p5);
+    xp.apply_keys(posenc::heads_view<float>(std::span<float>(y_ref), {5, H, D}), p5);
+    CHECK(y == y_ref);
 }
 
 TEST_CASE("apply_into converts float to bf16 on the way, and rejects overlapping or mismatched views", "[out_of_place]") {

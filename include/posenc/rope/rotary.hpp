@@ -119,8 +119,9 @@ public:
 
     // ---- out of place: read src, write the rotated result to dst (a KV-cache slot, a paged block) ----
     // One read and one write, converting between float, bf16 and fp16 on the way; lanes past
-    // rotary_dim are copied (converted). src and dst must have the same shape and must not overlap
-    // (checked); their strides are independent.
+    // rotary_dim are copied (converted). src and dst must have the same shape and must not overlap,
+    // unless dst is src itself (that view is then rotated in place); checked. Their strides are
+    // independent.
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
     void apply_into(heads_view<S> src, heads_view<D> dst, position_ids pos, rotation dir = rotation::forward) const {
@@ -153,23 +154,23 @@ public:
     template <storage_type T>
     void apply_normed(const head_rms_norm& q_norm, heads_view<T> q, const head_rms_norm& k_norm, heads_view<T> k,
                       position_ids pos) const {
-        execute_normed(in_place_job(q, k, pos, rotation::forward, nullptr), q_norm, k_norm);
+        execute_normed(in_place_job(q, k, pos, rotation::forward, nullptr), q_norm, k_norm, present(q, k));
     }
     template <storage_type T>
     void apply_normed(const cos_sin_table& table, const head_rms_norm& q_norm, heads_view<T> q,
                       const head_rms_norm& k_norm, heads_view<T> k, position_ids pos) const {
         check_table(table, pos);
-        execute_normed(in_place_job(q, k, pos, rotation::forward, &table), q_norm, k_norm);
+        execute_normed(in_place_job(q, k, pos, rotation::forward, &table), q_norm, k_norm, present(q, k));
     }
     /// One view (Q or K alone): x ← rope(norm(x)), in place.
     template <storage_type T>
     void apply_normed(const head_rms_norm& norm, heads_view<T> x, position_ids pos) const {
-        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, nullptr, "x"), norm, norm, single_norm);
+        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, nullptr, "x"), norm, norm, present(x, heads_view<T>{}), single_norm);
     }
     template <storage_type T>
     void apply_normed(const cos_sin_table& table, const head_rms_norm& norm, heads_view<T> x, position_ids pos) const {
         check_table(table, pos);
-        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, &table, "x"), norm, norm, single_norm);
+        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, &table, "x"), norm, norm, present(x, heads_view<T>{}), single_norm);
     }
     /// Out of place: q_dst ← rope(q_norm(q_src)), k_dst ← rope(k_norm(k_src)); one view: dst ← rope(norm(src)).
     template <class S, storage_type D>
@@ -177,7 +178,7 @@ public:
     void apply_normed_into(const head_rms_norm& norm, heads_view<S> src, heads_view<D> dst, position_ids pos) const {
         execute_normed(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, rotation::forward,
                                         nullptr, detail::single_view),
-                       norm, norm, single_norm);
+                       norm, norm, present(src, heads_view<float>{}), single_norm);
     }
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
@@ -186,14 +187,15 @@ public:
         check_table(table, pos);
         execute_normed(out_of_place_job(src, dst, heads_view<const float>{}, heads_view<float>{}, pos, rotation::forward,
                                         &table, detail::single_view),
-                       norm, norm, single_norm);
+                       norm, norm, present(src, heads_view<float>{}), single_norm);
     }
     template <class S1, storage_type D1, class S2, storage_type D2>
         requires storage_type<std::remove_const_t<S1>> && storage_type<std::remove_const_t<S2>>
     void apply_normed_into(const head_rms_norm& q_norm, heads_view<S1> q_src, heads_view<D1> q_dst,
                            const head_rms_norm& k_norm, heads_view<S2> k_src, heads_view<D2> k_dst,
                            position_ids pos) const {
-        execute_normed(out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, nullptr), q_norm, k_norm);
+        execute_normed(out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, nullptr), q_norm, k_norm,
+                       present(q_src, k_src));
     }
     template <class S1, storage_type D1, class S2, storage_type D2>
         requires storage_type<std::remove_const_t<S1>> && storage_type<std::remove_const_t<S2>>
@@ -201,7 +203,8 @@ public:
                            heads_view<D1> q_dst, const head_rms_norm& k_norm, heads_view<S2> k_src,
                            heads_view<D2> k_dst, position_ids pos) const {
         check_table(table, pos);
-        execute_normed(out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, &table), q_norm, k_norm);
+        execute_normed(out_of_place_job(q_src, q_dst, k_src, k_dst, pos, rotation::forward, &table), q_norm, k_norm,
+                       present(q_src, k_src));
     }
 
     /// Unchecked table path for hot loops, in place, float or 16-bit. Preconditions (asserted in debug
@@ -281,12 +284,20 @@ private:
     static constexpr std::array<std::string_view, 2> q_k_norms{"q_norm.weight", "k_norm.weight"},
         single_norm{"norm.weight", "norm.weight"};
 
-    /// Runs `job` with each present view normalised first by its norm (whose width must be head_dim).
+    /// Which of a call's two views were given (not default-constructed): their norms are checked,
+    /// an empty view's too.
+    template <class A, class B>
+    static std::array<bool, 2> present(const heads_view<A>& q, const heads_view<B>& k) noexcept {
+        return {!detail::absent(q), !detail::absent(k)};
+    }
+
+    /// Runs `job` with each view normalised first by its norm, whose width must be head_dim for each
+    /// view given.
     void execute_normed(detail::rotate_job job, const head_rms_norm& q_norm, const head_rms_norm& k_norm,
-                        std::array<std::string_view, 2> names = q_k_norms) const {
+                        std::array<bool, 2> given, std::array<std::string_view, 2> names = q_k_norms) const {
         const head_rms_norm* norms[2] = {&q_norm, &k_norm};
         for (std::size_t v = 0; v < 2; ++v) {
-            if (job.views[v].empty()) continue;
+            if (!given[v]) continue;
             if (norms[v]->head_dim() != dims_.head_dim)
                 throw config_error(std::string(names[v]),
                                    "of " + detail::to_text(norms[v]->head_dim()) + " entries",
