@@ -49,7 +49,8 @@ TEST_CASE("README snippets: using posenc inside an engine", "[readme][engine]") 
     posenc::heads_view<posenc::bf16> slot(std::span<posenc::bf16>(k_cache).subspan(cache_len * kv_heads * head_dim),
                                           {tokens, kv_heads, head_dim});  // a slot past the end throws (cache_len ≤ max_tokens)
     rope.apply_into(table, k_proj, slot, pos);  // float → rotated → bf16, one read, one write
-    rope.apply_into(table, posenc::heads_view<const float>(qv), qv, k_proj, slot, pos);  // Q in place, K into the cache
+    // or, with Q rotated in place in the same call:
+    rope.apply_into(table, posenc::heads_view<const float>(qv), qv, k_proj, slot, pos);
     // --- end ---
     const std::span<posenc::bf16> last_slot = std::span<posenc::bf16>(k_cache).subspan((max_tokens - 1) * kv_heads * head_dim);
     CHECK_THROWS_AS(posenc::heads_view<posenc::bf16>(last_slot, {tokens, kv_heads, head_dim}), posenc::range_error);

@@ -98,8 +98,7 @@ struct fp16 {
 };
 
 static_assert(sizeof(bf16) == 2 && sizeof(fp16) == 2);
-// A pointer to either is a pointer to its `bits` (pointer-interconvertible): engines may hand
-// reinterpret_cast<std::uint16_t*>(p) to code that wants raw bits.
+// (Two bytes of uint16_t's alignment: an engine can keep its activations in them; README.)
 static_assert(std::is_standard_layout_v<bf16> && std::is_standard_layout_v<fp16>);
 static_assert(std::is_trivially_copyable_v<bf16> && std::is_trivially_copyable_v<fp16>);
 static_assert(std::is_trivial_v<bf16> && std::is_trivial_v<fp16>);

@@ -169,7 +169,7 @@ public:
         in_place<float>(&table, x, {}, pos, dir, "x");
     }
 
-    // ---- out of place (src → dst, converting float/bf16/fp16; src and dst must not overlap) ---------
+    // ---- out of place (src → dst, converting float/bf16/fp16; dst is src itself or does not overlap it)
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
     void apply_into(heads_view<S> src, heads_view<D> dst, const axis_positions& pos,

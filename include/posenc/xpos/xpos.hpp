@@ -147,7 +147,8 @@ public:
     void apply_keys(heads_view<float> k, const position_ids& pos) const { apply_keys<float>(k, pos); }
 
     /// Out of place: dst ← xPos(src), converting between storage types on the way (e.g. keys from
-    /// the projection output into a KV-cache slot). src and dst must not overlap (checked).
+    /// the projection output into a KV-cache slot). dst is src itself (rotated in place) or does not
+    /// overlap it (checked).
     template <class S, storage_type D>
         requires storage_type<std::remove_const_t<S>>
     void apply_queries_into(heads_view<S> src, heads_view<D> dst, const position_ids& pos) const {
