@@ -410,7 +410,10 @@ TEST_CASE("Q and K of one fused QKV buffer: Q in place and K into a cache in one
     const posenc::heads_view<const float> k_shifted(qkv.data() + HQ * D - 1, {T, HK, D}, {row, D});
     std::vector<float> cache(T * HK * D);
     posenc_test::expect_config_error(
-        [&] { rope.apply_into(posenc::heads_view<const float>(qv), qv, k_shifted, posenc::heads_view<float>(std::span<float>(cache), {T, HK, D}), pos); },
+        [&] {
+            rope.apply_into(posenc::heads_view<const float>(qv), qv, k_shifted,
+                            posenc::heads_view<float>(std::span<float>(cache), {T, HK, D}), pos);
+        },
         "q_dst", "k_src");
     // So does a K source that is Q's memory, with Q in place.
     posenc_test::expect_config_error(

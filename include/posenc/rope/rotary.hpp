@@ -165,12 +165,14 @@ public:
     /// One view (Q or K alone): x ← rope(norm(x)), in place.
     template <storage_type T>
     void apply_normed(const head_rms_norm& norm, heads_view<T> x, position_ids pos) const {
-        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, nullptr, "x"), norm, norm, present(x, heads_view<T>{}), single_norm);
+        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, nullptr, "x"), norm, norm,
+                       present(x, heads_view<T>{}), single_norm);
     }
     template <storage_type T>
     void apply_normed(const cos_sin_table& table, const head_rms_norm& norm, heads_view<T> x, position_ids pos) const {
         check_table(table, pos);
-        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, &table, "x"), norm, norm, present(x, heads_view<T>{}), single_norm);
+        execute_normed(in_place_job(x, heads_view<T>{}, pos, rotation::forward, &table, "x"), norm, norm,
+                       present(x, heads_view<T>{}), single_norm);
     }
     /// Out of place: q_dst ← rope(q_norm(q_src)), k_dst ← rope(k_norm(k_src)); one view: dst ← rope(norm(src)).
     template <class S, storage_type D>
