@@ -168,10 +168,11 @@ void require_out_of_place(const heads_view<const S>& src, const heads_view<D>& d
                                to_text(src.head_dim()));
     if (!src.empty() && static_cast<const void*>(src.data()) == static_cast<const void*>(dst.data())) {
         // The source's memory: rotated in place when it is the same view.
-        const std::string in_place = " to rotate its source in place (a destination on the source's memory)";
+        // (A literal: this branch runs on every call with a destination that is its source.)
+        constexpr const char* in_place = " to rotate its source in place (a destination on the source's memory)";
         if constexpr (!std::is_same_v<S, std::remove_const_t<D>>)
             throw config_error(std::string(names.dst), "the source's memory in another element type",
-                               "must have the source's element type" + in_place);
+                               std::string("must have the source's element type") + in_place);
         if (src.tokens() > 1 && dst.token_stride() != src.token_stride())
             throw config_error(std::string(names.dst) + ".token_stride", to_text(dst.token_stride()),
                                "must equal the source's " + to_text(src.token_stride()) + in_place);
