@@ -46,15 +46,20 @@
 #include <mutex>
 #include <new>
 #include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "posenc/attention/dispatch.hpp"
+#include "posenc/attention/tile_loop.hpp"
 #include "posenc/attention/mask.hpp"
 #include "posenc/attention/options.hpp"
 #include "posenc/core/concepts.hpp"
+#include "posenc/core/dtypes.hpp"
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
+#include "posenc/detail/checked_size.hpp"
 #include "posenc/detail/parallel.hpp"
 #include "posenc/rope/table.hpp"
 
@@ -65,6 +70,7 @@ namespace posenc {
 /// tile. Both are borrowed. Positions outside the table throw (checked before anything is written).
 template <class Rotary>
 struct table_transform {
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     const Rotary& rotary;
     const cos_sin_table& table;
     void apply(heads_view<float> q, heads_view<float> k, const position_ids& pos) const { rotary.apply(table, q, k, pos); }
@@ -74,17 +80,8 @@ table_transform(const Rotary&, const cos_sin_table&) -> table_transform<Rotary>;
 
 namespace detail {
 
-/// Positions [begin, begin + count) of `p`, without copying.
-inline position_ids slice_positions(const position_ids& p, std::size_t begin, std::size_t count) {
-    if (const auto* d = p.int64_data()) return std::span<const std::int64_t>(d + begin, count);
-    if (const auto* d = p.int32_data()) return std::span<const std::int32_t>(d + begin, count);
-    if (count == 0) return position_ids::consecutive(0, 0);
-    const std::int64_t start = p.start() + p.step() * static_cast<std::int64_t>(begin);
-    return p.step() == 0 ? position_ids::constant(start, count) : position_ids::consecutive(start, count);
-}
-
-template <class T>
-bool views_overlap(const heads_view<float>& out, const heads_view<T>& in) noexcept {
+template <class T, class U>
+bool views_overlap(const heads_view<T>& out, const heads_view<U>& in) noexcept {
     if (out.empty() || in.empty()) return false;
     auto range = [](const auto& v) {
         const auto* b = v.data();
@@ -96,48 +93,68 @@ bool views_overlap(const heads_view<float>& out, const heads_view<T>& in) noexce
     return a0 < b1 && b0 < a1;
 }
 
-/// 64-byte aligned storage through the aligned operator new (so that allocation hooks see it).
+/// A policy whose only rejections depend on a position's range (so that checking the extreme
+/// positions checks them all) says so with `static constexpr bool rejects_only_out_of_range = true`;
+/// posenc's transforms, biases and scales do. A call with any other policy computes into scratch and
+/// writes `out` only when every item has finished, so that a throw at an interior position writes nothing.
 template <class T>
-struct aligned64_allocator {
-    using value_type = T;
-    aligned64_allocator() = default;
-    template <class U>
-    aligned64_allocator(const aligned64_allocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
-    T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
-    friend bool operator==(const aligned64_allocator&, const aligned64_allocator&) noexcept { return true; }
-};
-using attn_floats = std::vector<float, aligned64_allocator<float>>;
+inline constexpr bool rejects_only_out_of_range = requires { requires T::rejects_only_out_of_range; };
+template <class Enc>
+inline constexpr bool may_throw_inside =
+    !(rejects_only_out_of_range<std::remove_cvref_t<decltype(std::declval<const Enc&>().transform)>> &&
+      rejects_only_out_of_range<std::remove_cvref_t<decltype(std::declval<const Enc&>().bias)>> &&
+      rejects_only_out_of_range<std::remove_cvref_t<decltype(std::declval<const Enc&>().scale)>>);
 
-/// One thread's scratch: everything the kernel needs besides the caller's buffers.
-struct attn_scratch {
-    attn_floats q, kt, s, acc, krot;
-    std::vector<float> m, l, scale;
-    attn_scratch(std::size_t rows, std::size_t tokens, std::size_t D, std::size_t acc_stride, bool rotate_keys)
-        : q(rows * D), kt(D * simd::attn_key_tile), s(rows * simd::attn_key_tile), acc(rows * acc_stride),
-          krot(rotate_keys ? simd::attn_key_tile * D : 0), m(rows), l(rows), scale(tokens) {}
-};
+/// The shapes of Q, K, V and out against each other and the positions. Each message names the view
+/// that disagrees with the others (where two agree) and both numbers.
+template <class KV>
+void check_shapes(const heads_view<const float>& q, const heads_view<const KV>& k, const heads_view<const KV>& v,
+                  const heads_view<float>& out, const position_ids& qpos, const position_ids& kpos,
+                  std::size_t transform_head_dim) {
+    require(q.tokens() == qpos.size(), "q.tokens", q.tokens(),
+            "must equal the number of query positions = " + to_text(qpos.size()));
+    require(k.tokens() == kpos.size(), "k.tokens", k.tokens(),
+            "must equal the number of key positions = " + to_text(kpos.size()));
+    require(v.tokens() == kpos.size(), "v.tokens", v.tokens(),
+            "must equal the number of key positions = " + to_text(kpos.size()));
+    require(out.tokens() == q.tokens(), "out.tokens", out.tokens(), "must equal q.tokens = " + to_text(q.tokens()));
+    if (q.head_dim() != k.head_dim()) {  // the transform's width, where it has one, says which is wrong
+        const bool q_wrong = transform_head_dim != 0 && k.head_dim() == transform_head_dim;
+        if (q_wrong)
+            throw config_error("q.head_dim", to_text(q.head_dim()), "must equal k.head_dim = " + to_text(k.head_dim()));
+        throw config_error("k.head_dim", to_text(k.head_dim()), "must equal q.head_dim = " + to_text(q.head_dim()));
+    }
+    require(out.head_dim() == v.head_dim(), "out.head_dim", out.head_dim(), "must equal v.head_dim = " + to_text(v.head_dim()));
+    auto divides = [](std::size_t kv, std::size_t hq) { return kv > 0 && hq % kv == 0; };
+    if (q.heads() != out.heads()) {
+        if (divides(k.heads(), out.heads()) && !divides(k.heads(), q.heads()))
+            throw config_error("q.heads", to_text(q.heads()), "must equal out.heads = " + to_text(out.heads()));
+        throw config_error("out.heads", to_text(out.heads()), "must equal q.heads = " + to_text(q.heads()));
+    }
+    if (k.heads() != v.heads()) {
+        if (divides(v.heads(), q.heads()) && !divides(k.heads(), q.heads()))
+            throw config_error("k.heads", to_text(k.heads()),
+                               "must divide q.heads = " + to_text(q.heads()) + " and equal v.heads = " + to_text(v.heads()));
+        throw config_error("v.heads", to_text(v.heads()), "must equal k.heads = " + to_text(k.heads()));
+    }
+    require(divides(k.heads(), q.heads()), "q.heads", q.heads(),
+            "must be a multiple of k.heads = v.heads = " + to_text(k.heads()));
+}
 
-struct attn_shape {
-    std::size_t Tq, Tk, Hq, Hkv, G, D, Dv, tile_tokens, rows_pad, acc_stride;
-};
+template <class T>
+std::size_t transform_head_dim(const T& t) noexcept {
+    if constexpr (requires { t.dims().head_dim; })
+        return t.dims().head_dim;
+    else
+        return 0;
+}
 
-template <class Enc, attention_mask Mask>
-void check_attention(const Enc& enc, const heads_view<const float>& q, const heads_view<const float>& k,
-                     const heads_view<const float>& v, const heads_view<float>& out, const position_ids& qpos,
+template <class Enc, class KV, attention_mask Mask>
+void check_attention(const Enc& enc, const heads_view<const float>& q, const heads_view<const KV>& k,
+                     const heads_view<const KV>& v, const heads_view<float>& out, const position_ids& qpos,
                      const position_ids& kpos, const Mask& mask, const attention_options& opt) {
     mask.validate();
-    require(q.tokens() == qpos.size(), "q.tokens", q.tokens(), "must equal the number of query positions");
-    require(k.tokens() == kpos.size(), "k.tokens", k.tokens(), "must equal the number of key positions");
-    require(v.tokens() == k.tokens(), "v.tokens", v.tokens(), "must equal k.tokens = " + to_text(k.tokens()));
-    require(out.tokens() == q.tokens(), "out.tokens", out.tokens(), "must equal q.tokens = " + to_text(q.tokens()));
-    require(out.heads() == q.heads(), "out.heads", out.heads(), "must equal q.heads = " + to_text(q.heads()));
-    require(v.heads() == k.heads(), "v.heads", v.heads(), "must equal k.heads = " + to_text(k.heads()));
-    require(k.heads() > 0 && q.heads() % k.heads() == 0, "q.heads", q.heads(),
-            "must be a multiple of k.heads = " + to_text(k.heads()));
-    require(k.head_dim() == q.head_dim(), "k.head_dim", k.head_dim(), "must equal q.head_dim = " + to_text(q.head_dim()));
-    require(out.head_dim() == v.head_dim(), "out.head_dim", out.head_dim(),
-            "must equal v.head_dim = " + to_text(v.head_dim()));
+    check_shapes(q, k, v, out, qpos, kpos, transform_head_dim(enc.transform));
     require(opt.sinks.empty() || opt.sinks.size() == q.heads(), "sinks", "of " + to_text(opt.sinks.size()) + " values",
             "needs one per query head = " + to_text(q.heads()));
     for (float s : opt.sinks) require(std::isfinite(s), "sinks", s, "must be finite");
@@ -174,122 +191,42 @@ void check_attention(const Enc& enc, const heads_view<const float>& q, const hea
     }
 }
 
-template <class Enc, attention_mask Mask>
-void attention_item(const simd::attn_kernels& ker, const Enc& enc, const attn_shape& sh, std::size_t item,
-                    attn_scratch& w, const heads_view<const float>& q, const heads_view<const float>& k,
-                    const heads_view<const float>& v, const heads_view<float>& out, const position_ids& qpos,
-                    const position_ids& kpos, const Mask& mask, const attention_options& opt) {
-    using Transform = std::remove_cvref_t<decltype(enc.transform)>;
-    constexpr float ninf = -std::numeric_limits<float>::infinity();
-    constexpr std::size_t BK = simd::attn_key_tile;
-    const std::size_t hk = item % sh.Hkv, qt = item / sh.Hkv;
-    const std::size_t t0 = qt * sh.tile_tokens, nq = std::min(sh.tile_tokens, sh.Tq - t0);
-    const std::size_t G = sh.G, D = sh.D, R = nq * G;
-    const std::size_t rows_pad = (R + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
-    const bool rotate_keys = !is_identity_transform<Transform> && !opt.keys_transformed;
-    const bool seq = !opt.query_sequence.empty();
+/// Below this many multiply-adds per thread (QKᵀ and PV over every key, an upper bound) an extra thread
+/// costs more than it saves: a short decode stays on the caller's thread.
+inline constexpr std::size_t min_attention_fmas_per_thread = std::size_t{1} << 21;
 
-    // Q tile: row t·G + g is token t0 + t, head hk·G + g; transformed here, at the queries' positions.
-    std::fill_n(w.q.begin(), rows_pad * D, 0.0f);
-    for (std::size_t t = 0; t < nq; ++t)
-        for (std::size_t g = 0; g < G; ++g) std::copy_n(q.row(t0 + t, hk * G + g), D, w.q.data() + (t * G + g) * D);
-    const position_ids qs = slice_positions(qpos, t0, nq);
-    transform_queries(enc.transform, heads_view<float>(w.q.data(), {nq, G, D}), qs);
-    for (std::size_t t = 0; t < nq; ++t) w.scale[t] = static_cast<float>(enc.scale.scale(qs[t], D));
-    std::fill_n(w.m.begin(), R, ninf);
-    std::fill_n(w.l.begin(), R, 0.0f);
-    std::fill_n(w.acc.begin(), R * sh.acc_stride, 0.0f);
-
-    const auto [q_lo, q_hi] = qs.bounds();
-    std::int32_t qs_lo = 0, qs_hi = 0;
-    if (seq) {
-        const auto ids = opt.query_sequence.subspan(t0, nq);
-        qs_lo = *std::min_element(ids.begin(), ids.end());
-        qs_hi = *std::max_element(ids.begin(), ids.end());
+/// f(unit, thread) for every unit, round-robin over `threads` threads (causal work grows with the
+/// query tile, so neighbours go to different threads): on opt.executor when given, else posenc's own
+/// threads. The first exception is rethrown after every thread has finished.
+template <class F>
+void run_round_robin(unsigned threads, const attention_options& opt, std::size_t units, const F& f) {
+    if (threads <= 1) {
+        for (std::size_t i = 0; i < units; ++i) f(i, std::size_t{0});
+        return;
     }
-    const bool add_then_scale = enc.bias.order() == bias_order::add_then_scale;
-
-    for (std::size_t j0 = 0; j0 < sh.Tk; j0 += BK) {
-        const std::size_t nk = std::min(BK, sh.Tk - j0);
-        const position_ids ks = slice_positions(kpos, j0, nk);
-        const auto [k_lo, k_hi] = ks.bounds();
-        tile_visibility vis = mask.classify({q_lo, q_hi, k_lo, k_hi});
-        if (seq && vis != tile_visibility::none) {
-            const auto ids = opt.key_sequence.subspan(j0, nk);
-            const std::int32_t lo = *std::min_element(ids.begin(), ids.end());
-            const std::int32_t hi = *std::max_element(ids.begin(), ids.end());
-            if (hi < qs_lo || lo > qs_hi)
-                vis = tile_visibility::none;
-            else if (!(lo == hi && qs_lo == qs_hi && lo == qs_lo))
-                vis = tile_visibility::partial;
-        }
-        if (vis == tile_visibility::none) continue;
-
-        const float* kbase = k.row(j0, hk);
-        std::size_t kstride = k.token_stride();
-        if (rotate_keys) {
-            for (std::size_t j = 0; j < nk; ++j) std::copy_n(k.row(j0 + j, hk), D, w.krot.data() + j * D);
-            transform_keys(enc.transform, heads_view<float>(w.krot.data(), {nk, 1, D}), ks);
-            kbase = w.krot.data();
-            kstride = D;
-        }
-        ker.qk({w.q.data(), rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data()});
-
-        for (std::size_t r = 0; r < R; ++r) {
-            const std::size_t t = r / G, head = hk * G + r % G;
-            const std::int64_t qp = qs[t];
-            float* srow = w.s.data() + r * BK;
-            const std::span<float> row(srow, nk);
-            const std::span<const float> qrow(w.q.data() + r * D, D);
-            const float sc = w.scale[t];
-            if (add_then_scale) {
-                add_bias_to_scores(enc.bias, head, qp, ks, row, qrow);
-                for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
-            } else {
-                for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
-                add_bias_to_scores(enc.bias, head, qp, ks, row, qrow);
+    std::exception_ptr failure;
+    std::mutex failure_lock;
+    auto slice = [&](std::size_t b, std::size_t e) {
+        for (std::size_t tid = b; tid < e; ++tid) try {
+                for (std::size_t i = tid; i < units; i += threads) f(i, tid);
+            } catch (...) {
+                const std::lock_guard<std::mutex> lock(failure_lock);
+                if (!failure) failure = std::current_exception();
             }
-            if (vis == tile_visibility::partial) {
-                const std::int32_t qid = seq ? opt.query_sequence[t0 + t] : 0;
-                for (std::size_t j = 0; j < nk; ++j)
-                    if (!mask.visible(qp, ks[j]) || (seq && opt.key_sequence[j0 + j] != qid)) srow[j] = ninf;
-            }
-        }
-        ker.softmax({w.s.data(), R, nk, w.m.data(), w.l.data(), w.acc.data(), sh.acc_stride, sh.Dv, opt.softcap});
-        ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, w.acc.data(), sh.acc_stride});
-        for (std::size_t r = 0; r < R; ++r)
-            add_bias_to_output(enc.bias, hk * G + r % G, qs[r / G], ks, std::span<const float>(w.s.data() + r * BK, nk),
-                               std::span<float>(w.acc.data() + r * sh.acc_stride, sh.Dv));
-    }
-
-    // out = acc / (l + exp(sink)), all relative to the running max; zeros where nothing was visible.
-    for (std::size_t r = 0; r < R; ++r) {
-        const std::size_t t = r / G, head = hk * G + r % G;
-        float* o = out.row(t0 + t, head);
-        const float* acc = w.acc.data() + r * sh.acc_stride;
-        if (w.m[r] == ninf) {
-            std::fill_n(o, sh.Dv, 0.0f);
-            continue;
-        }
-        double m = w.m[r], l = w.l[r], num = 1.0;
-        if (!opt.sinks.empty()) {
-            const double sink = opt.sinks[head], mf = std::max(m, sink);
-            num = std::exp(m - mf);
-            l = l * num + std::exp(sink - mf);
-        }
-        const double f = num / l;
-        for (std::size_t d = 0; d < sh.Dv; ++d) o[d] = static_cast<float>(acc[d] * f);
-    }
+    };
+    if (opt.executor)
+        executor_slices(opt.executor, threads, threads, slice);
+    else
+        parallel_slices(threads, threads, slice);
+    if (failure) std::rethrow_exception(failure);
 }
 
-/// attention() on the given SIMD steps (tests force each architecture through this).
-template <class Enc, attention_mask Mask>
-void attention_on(const simd::attn_kernels& ker, const Enc& enc, heads_view<const float> q, heads_view<const float> k,
-                  heads_view<const float> v, heads_view<float> out, const position_ids& qpos,
-                  const position_ids& kpos, const Mask& mask, const attention_options& opt) {
-    using Transform = std::remove_cvref_t<decltype(enc.transform)>;
-    check_attention(enc, q, k, v, out, qpos, kpos, mask, opt);
-    if (q.tokens() == 0 || q.heads() == 0) return;
+/// Computes every item of a checked call into out (and lse, for a partial result).
+template <class Enc, class KV, attention_mask Mask>
+void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_view<const float>& q,
+                     const heads_view<const KV>& k, const heads_view<const KV>& v, const heads_view<float>& out,
+                     const std::span<float> lse, const position_ids& qpos, const position_ids& kpos, const Mask& mask,
+                     const attention_options& opt) {
     attn_shape sh{};
     sh.Tq = q.tokens();
     sh.Tk = k.tokens();
@@ -303,44 +240,120 @@ void attention_on(const simd::attn_kernels& ker, const Enc& enc, heads_view<cons
     const std::size_t rows = sh.tile_tokens * sh.G;
     sh.rows_pad = (rows + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
     sh.acc_stride = (sh.Dv + 15) / 16 * 16;
-    const std::size_t tiles = (sh.Tq + sh.tile_tokens - 1) / sh.tile_tokens;
-    const std::size_t items = tiles * sh.Hkv;
-    const bool rotate_keys = !is_identity_transform<Transform> && !opt.keys_transformed;
-    const auto threads = static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(opt.threads, items)));
+    sh.segments = std::max<std::size_t>(1, (sh.Tk + attn_segment_keys - 1) / attn_segment_keys);
+    const std::size_t items = (sh.Tq + sh.tile_tokens - 1) / sh.tile_tokens * sh.Hkv;
+
+    const attn_call<Enc, Mask, KV> call{ker, enc, sh, q, k, v, qpos, kpos, mask, opt};
+    const std::size_t fmas = sh.Tq * sh.Hq * std::max<std::size_t>(sh.Tk, 1) * (sh.D + sh.Dv);
+    const std::size_t by_work = std::max<std::size_t>(1, fmas / min_attention_fmas_per_thread);
+    const std::size_t wanted = std::min<std::size_t>(std::max(1u, opt.threads), by_work);
+    // Fewer items than threads (decode): the items' key segments are the units, folded afterwards.
+    const bool split = items < wanted && sh.segments > 1;
+    const std::size_t units = split ? items * sh.segments : items;
+    const auto threads = static_cast<unsigned>(std::min(wanted, units));
 
     std::vector<attn_scratch> scratch;  // allocated here, before any thread starts
     scratch.reserve(threads);
-    for (unsigned i = 0; i < threads; ++i) scratch.emplace_back(sh.rows_pad, sh.tile_tokens, sh.D, sh.acc_stride, rotate_keys);
-    auto run = [&](std::size_t item, attn_scratch& w) {
-        attention_item(ker, enc, sh, item, w, q, k, v, out, qpos, kpos, mask, opt);
-    };
-    if (threads == 1) {
-        for (std::size_t i = 0; i < items; ++i) run(i, scratch[0]);
+    for (unsigned i = 0; i < threads; ++i) scratch.emplace_back(sh, call.key_copy(), call.widen);
+    const attn_sink_and_lse extra{opt.sinks, lse};
+
+    if (!split) {
+        run_round_robin(threads, opt, items, [&](std::size_t item, std::size_t tid) {
+            attn_scratch& w = scratch[tid];
+            const attn_query_tile t = call.load_queries(item, w);
+            clear_total(w.total(), t.R);
+            for (std::size_t seg = 0; seg < sh.segments; ++seg) {
+                call.run_segment(t, seg, w, w.segment());
+                fold_segment(w.total(), w.segment(), t.R, sh.Dv, sh.acc_stride);
+            }
+            finish_rows(t, w.total(), sh, out, extra);
+        });
         return;
     }
-    // Round-robin, so that causal work (which grows with the query tile) spreads evenly.
-    std::exception_ptr failure;
-    std::mutex failure_lock;
-    parallel_slices(threads, threads, [&](std::size_t b, std::size_t e) {
-        for (std::size_t tid = b; tid < e; ++tid) try {
-                for (std::size_t i = tid; i < items; i += threads) run(i, scratch[tid]);
-            } catch (...) {
-                const std::lock_guard<std::mutex> lock(failure_lock);
-                if (!failure) failure = std::current_exception();
-            }
+    // Split-KV: every (item, segment) into its own state, then each item's segments folded in order.
+    const std::size_t R = sh.rows_pad, per_state = R * (2 + sh.acc_stride);
+    attn_floats states(units * per_state);
+    auto state_of = [&](std::size_t unit) {
+        float* base = states.data() + unit * per_state;
+        return attn_state{base + R * sh.acc_stride, base + R * sh.acc_stride + R, base};
+    };
+    run_round_robin(threads, opt, units, [&](std::size_t unit, std::size_t tid) {
+        const attn_query_tile t = call.load_queries(unit / sh.segments, scratch[tid]);
+        call.run_segment(t, unit % sh.segments, scratch[tid], state_of(unit));
     });
-    if (failure) std::rethrow_exception(failure);
+    attn_scratch& w = scratch[0];
+    for (std::size_t item = 0; item < items; ++item) {
+        attn_query_tile t;  // the rows' layout only: the queries were transformed by the units
+        t.hk = item % sh.Hkv;
+        t.t0 = item / sh.Hkv * sh.tile_tokens;
+        t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
+        t.R = t.nq * sh.G;
+        clear_total(w.total(), t.R);
+        for (std::size_t seg = 0; seg < sh.segments; ++seg)
+            fold_segment(w.total(), state_of(item * sh.segments + seg), t.R, sh.Dv, sh.acc_stride);
+        finish_rows(t, w.total(), sh, out, extra);
+    }
+}
+
+/// A checked call: with a policy that may throw inside (see may_throw_inside), into scratch first.
+template <class Enc, class KV, attention_mask Mask>
+void attention_checked(const simd::attn_kernels& ker, const Enc& enc, heads_view<const float> q,
+                       heads_view<const KV> k, heads_view<const KV> v, heads_view<float> out, std::span<float> lse,
+                       const position_ids& qpos, const position_ids& kpos, const Mask& mask,
+                       const attention_options& opt) {
+    check_attention(enc, q, k, v, out, qpos, kpos, mask, opt);
+    if (q.tokens() == 0 || q.heads() == 0) return;
+    if constexpr (may_throw_inside<Enc>) {
+        const std::size_t rows = q.tokens() * q.heads();
+        attn_floats staged(checked_mul(rows, v.head_dim(), "attention output"));
+        std::vector<float> staged_lse(lse.empty() ? 0 : rows);
+        const heads_view<float> tmp(staged.data(), {q.tokens(), q.heads(), v.head_dim()});
+        attention_items(ker, enc, q, k, v, tmp, std::span<float>(staged_lse), qpos, kpos, mask, opt);
+        for (std::size_t t = 0; t < q.tokens(); ++t)
+            for (std::size_t h = 0; h < q.heads(); ++h) std::copy_n(tmp.row(t, h), v.head_dim(), out.row(t, h));
+        std::copy(staged_lse.begin(), staged_lse.end(), lse.begin());
+    } else {
+        attention_items(ker, enc, q, k, v, out, lse, qpos, kpos, mask, opt);
+    }
+}
+
+/// attention() on the given SIMD steps (tests force each architecture through this).
+template <class Enc, attention_mask Mask>
+void attention_on(const simd::attn_kernels& ker, const Enc& enc, heads_view<const float> q, heads_view<const float> k,
+                  heads_view<const float> v, heads_view<float> out, const position_ids& qpos,
+                  const position_ids& kpos, const Mask& mask, const attention_options& opt) {
+    attention_checked<Enc, float>(ker, enc, q, k, v, out, {}, qpos, kpos, mask, opt);
+}
+template <class Enc, half_storage KV, attention_mask Mask>
+void attention_on(const simd::attn_kernels& ker, const Enc& enc, heads_view<const float> q, heads_view<const KV> k,
+                  heads_view<const KV> v, heads_view<float> out, const position_ids& qpos,
+                  const position_ids& kpos, const Mask& mask, const attention_options& opt) {
+    attention_checked<Enc, KV>(ker, enc, q, k, v, out, {}, qpos, kpos, mask, opt);
 }
 
 }  // namespace detail
 
-/// out = softmax(s·T(Q)·T(K)ᵀ + bias, masked)·V; see the top of this file.
+/// out = softmax(s·T(Q)·T(K)ᵀ + bias, masked)·V; see the top of this file. K and V in float.
 template <class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
 void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q,
                heads_view<const float> k, heads_view<const float> v, heads_view<float> out,
                const position_ids& q_positions, const position_ids& k_positions, const Mask& mask = {},
                const attention_options& options = {}) {
-    detail::attention_on(simd::attention_kernels(), enc, q, k, v, out, q_positions, k_positions, mask, options);
+    detail::attention_checked<attention_encoding<Transform, Bias, Scale>, float>(
+        simd::attention_kernels(), enc, q, k, v, out, {}, q_positions, k_positions, mask, options);
+}
+
+/// The same with K and V in bf16 or fp16 (both of one type; const or not): widened exactly to float
+/// a key tile at a time, so the result equals the float call on the same 16-bit values, bit for bit.
+template <class KV, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
+    requires half_storage<std::remove_const_t<KV>>
+void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q, heads_view<KV> k,
+               heads_view<KV> v, heads_view<float> out, const position_ids& q_positions,
+               const position_ids& k_positions, const Mask& mask = {}, const attention_options& options = {}) {
+    using H = std::remove_const_t<KV>;
+    detail::attention_checked<attention_encoding<Transform, Bias, Scale>, H>(
+        simd::attention_kernels(), enc, q, heads_view<const H>(k), heads_view<const H>(v), out, {}, q_positions,
+        k_positions, mask, options);
 }
 
 }  // namespace posenc

@@ -1,5 +1,5 @@
 #pragma once
-// The attention kernel's three SIMD steps as plain-data calls, functors templated on the xsimd
+// The attention kernel's SIMD steps (and the 16-bit conversions a cache needs) as plain-data calls, functors templated on the xsimd
 // architecture (the shape xsimd::dispatch calls). Declared here; defined in kernels.hpp, which only
 // the per-architecture translation units (or a build without run-time dispatch) include. Everything
 // policy-shaped (transform, bias, mask, scale) stays in the caller's code: these steps are fixed types.
@@ -8,6 +8,8 @@
 // attn_key_tile keys. Scores S are [rows][attn_key_tile] floats, 64-byte aligned.
 
 #include <cstddef>
+
+#include "posenc/core/dtypes.hpp"
 
 namespace posenc::simd {
 
@@ -60,6 +62,30 @@ struct attn_pv_args {
     std::size_t acc_stride = 0;
 };
 
+/// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps);
+/// src_j at src + j·src_stride elements of `type` (bf16 or fp16), dst rows dst_stride floats apart.
+struct attn_widen_args {
+    const void* src = nullptr;
+    dtype type = dtype::bf16;
+    std::size_t rows = 0;
+    std::size_t dim = 0;
+    std::size_t src_stride = 0;
+    float* dst = nullptr;
+    std::size_t dst_stride = 0;
+};
+
+/// dst_j = 16-bit(src_j) for j < rows, rounded to nearest even (values into a 16-bit cache); src
+/// rows of `dim` floats src_stride apart, dst rows of `type` dst_stride elements apart.
+struct attn_narrow_args {
+    const float* src = nullptr;
+    std::size_t rows = 0;
+    std::size_t dim = 0;
+    std::size_t src_stride = 0;
+    void* dst = nullptr;
+    dtype type = dtype::bf16;
+    std::size_t dst_stride = 0;
+};
+
 struct attn_qk_functor {
     template <class Arch>
     void operator()(Arch, const attn_qk_args& a) const noexcept;
@@ -72,12 +98,22 @@ struct attn_pv_functor {
     template <class Arch>
     void operator()(Arch, const attn_pv_args& a) const noexcept;
 };
+struct attn_widen_functor {
+    template <class Arch>
+    void operator()(Arch, const attn_widen_args& a) const noexcept;
+};
+struct attn_narrow_functor {
+    template <class Arch>
+    void operator()(Arch, const attn_narrow_args& a) const noexcept;
+};
 
-/// The three steps for one architecture, resolved once per attention call.
+/// The steps for one architecture, resolved once per attention call.
 struct attn_kernels {
     void (*qk)(const attn_qk_args&) noexcept = nullptr;
     void (*softmax)(const attn_softmax_args&) noexcept = nullptr;
     void (*pv)(const attn_pv_args&) noexcept = nullptr;
+    void (*widen)(const attn_widen_args&) noexcept = nullptr;
+    void (*narrow)(const attn_narrow_args&) noexcept = nullptr;
     const char* arch = "";
 };
 

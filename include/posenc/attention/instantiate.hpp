@@ -12,4 +12,6 @@ namespace posenc::simd {
 template void attn_qk_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, const attn_qk_args&) const noexcept;
 template void attn_softmax_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, const attn_softmax_args&) const noexcept;
 template void attn_pv_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, const attn_pv_args&) const noexcept;
+template void attn_widen_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, const attn_widen_args&) const noexcept;
+template void attn_narrow_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, const attn_narrow_args&) const noexcept;
 }  // namespace posenc::simd

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include <xsimd/xsimd.hpp>
 
@@ -46,9 +47,10 @@ struct attention_steps {
     /// (Always inlined, as the rotary kernels' prefetch: g++ 12 at -O2 may delete calls to an
     /// out-of-line function whose only effect is a prefetch.)
     static constexpr std::size_t prefetch_rows = 4;
-    [[gnu::always_inline]] static void prefetch_row(const float* base, std::size_t row, std::size_t stride, std::size_t n) noexcept {
-        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(base) + row * stride * sizeof(float);
-        for (std::uintptr_t line = at & ~std::uintptr_t{63}; line < at + n * sizeof(float); line += 64)
+    template <class E>
+    [[gnu::always_inline]] static void prefetch_row(const E* base, std::size_t row, std::size_t stride, std::size_t n) noexcept {
+        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(base) + row * stride * sizeof(E);
+        for (std::uintptr_t line = at & ~std::uintptr_t{63}; line < at + n * sizeof(E); line += 64)
             __builtin_prefetch(reinterpret_cast<const void*>(line));
     }
 
@@ -277,6 +279,58 @@ struct attention_steps {
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
     }
 
+    /// 16-bit rows to float, exactly: W lanes at a time through arch_ops' widening loads, the tail
+    /// per element; the rows ahead are asked for as in qk_dot (a cache's rows lie a token stride apart).
+    template <class H>
+    static void widen_rows(const attn_widen_args& a) noexcept {
+        const H* src = static_cast<const H*>(a.src);
+        const std::size_t Dw = a.dim / W * W;
+        for (std::size_t j = 0; j < a.rows; ++j) {
+            const H* s = src + j * a.src_stride;
+            float* d = a.dst + j * a.dst_stride;
+            prefetch_row(src, j + prefetch_rows, a.src_stride, a.dim);
+            std::size_t i = 0;
+            for (; i < Dw; i += W) arch_ops<Arch>::load(s + i).store_unaligned(d + i);
+            for (; i < a.dim; ++i) d[i] = to_float(s[i]);
+        }
+    }
+    static float to_float(bf16 x) noexcept { return detail::bf16_bits_to_float<Arch>(x.bits); }
+    static float to_float(fp16 x) noexcept { return detail::fp16_bits_to_float<Arch>(x.bits); }
+    static void widen(const attn_widen_args& a) noexcept {
+        if (a.type == dtype::bf16)
+            widen_rows<bf16>(a);
+        else
+            widen_rows<fp16>(a);
+    }
+
+    /// Float rows to 16 bits through arch_ops' rounding stores, the tail per element (the same
+    /// rounding: round to nearest even).
+    template <class H>
+    static void narrow_rows(const attn_narrow_args& a) noexcept {
+        H* dst = static_cast<H*>(a.dst);
+        const std::size_t Dw = a.dim / W * W;
+        for (std::size_t j = 0; j < a.rows; ++j) {
+            const float* s = a.src + j * a.src_stride;
+            H* d = dst + j * a.dst_stride;
+            std::size_t i = 0;
+            for (; i < Dw; i += W) arch_ops<Arch>::store(d + i, batch::load_unaligned(s + i));
+            for (; i < a.dim; ++i) d[i].bits = narrow_bits<H>(s[i]);
+        }
+    }
+    template <class H>
+    static std::uint16_t narrow_bits(float x) noexcept {  // (not H's constructor: an inline function the units would share)
+        if constexpr (std::is_same_v<H, bf16>)
+            return detail::float_to_bf16_bits<Arch>(x);
+        else
+            return detail::float_to_fp16_bits<Arch>(x);
+    }
+    static void narrow(const attn_narrow_args& a) noexcept {
+        if (a.type == dtype::bf16)
+            narrow_rows<bf16>(a);
+        else
+            narrow_rows<fp16>(a);
+    }
+
     static void pv(const attn_pv_args& a) noexcept {
         assert(a.acc_stride % 16 == 0 && a.acc_stride >= a.dv);  // pv_tail reads and writes whole vectors
         assert(reinterpret_cast<std::uintptr_t>(a.acc) % 64 == 0);
@@ -297,6 +351,14 @@ void attn_softmax_functor::operator()(Arch, const attn_softmax_args& a) const no
 template <class Arch>
 void attn_pv_functor::operator()(Arch, const attn_pv_args& a) const noexcept {
     attention_steps<Arch>::pv(a);
+}
+template <class Arch>
+void attn_widen_functor::operator()(Arch, const attn_widen_args& a) const noexcept {
+    attention_steps<Arch>::widen(a);
+}
+template <class Arch>
+void attn_narrow_functor::operator()(Arch, const attn_narrow_args& a) const noexcept {
+    attention_steps<Arch>::narrow(a);
 }
 
 }  // namespace posenc::simd

@@ -31,6 +31,9 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
@@ -41,6 +44,7 @@
 #include "posenc/detail/checked_size.hpp"
 #include "posenc/detail/lifetimebound.hpp"
 #include "posenc/detail/parallel.hpp"
+#include "posenc/rope/layout.hpp"
 
 namespace posenc {
 
@@ -51,19 +55,24 @@ struct kv_cache_shape {
     std::size_t capacity = 0;   ///< tokens
 };
 
-/// A key transform a cache can hold: the identity (copied in), or one with a fused out-of-place
-/// apply_into (rotated while copied in) and a shift (re-rotation after a context shift).
-template <class T>
+/// A key transform a cache of `Storage` elements can hold: the identity (copied in), or one with a
+/// fused out-of-place apply_into (rotated while copied in, converted to Storage) and a shift
+/// (re-rotation after a context shift).
+template <class T, class Storage = float>
 concept cacheable_transform =
-    qk_transform<T> && (is_identity_transform<T> ||
-                        requires(const T& t, heads_view<const float> src, heads_view<float> dst, const position_ids& p) {
-                            t.apply_into(src, dst, p);
-                            t.shift(dst, std::int64_t{0});
-                        });
+    qk_transform<T> && storage_type<Storage> &&
+    (is_identity_transform<T> ||
+     requires(const T& t, heads_view<const float> src, heads_view<Storage> dst, const position_ids& p) {
+         t.apply_into(src, dst, p);
+         t.shift(dst, std::int64_t{0});
+     });
 
-template <cacheable_transform Transform>
+template <class Transform, storage_type Storage = float>
+    requires cacheable_transform<Transform, Storage>
 class kv_cache {
 public:
+    using storage_type = Storage;
+
     kv_cache(Transform transform, kv_cache_shape shape) : transform_(std::move(transform)), shape_(shape) {
         if (shape_.value_dim == 0) shape_.value_dim = shape_.head_dim;
         detail::require(shape_.kv_heads > 0, "kv_heads", shape_.kv_heads, "must be > 0");
@@ -103,10 +112,10 @@ public:
 
     /// [size, kv_heads, head_dim] over the cache (token stride head_dim, head stride capacity·head_dim):
     /// what attention takes as K with keys_transformed = true. Valid until the next append/shift/clear.
-    [[nodiscard]] heads_view<const float> keys() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
+    [[nodiscard]] heads_view<const Storage> keys() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         return view(k_.data(), size_, shape_.head_dim);
     }
-    [[nodiscard]] heads_view<const float> values() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
+    [[nodiscard]] heads_view<const Storage> values() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         return view(v_.data(), size_, shape_.value_dim);
     }
     [[nodiscard]] position_ids positions() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
@@ -116,15 +125,30 @@ public:
     [[nodiscard]] std::int64_t next_position() const noexcept { return size_ ? pos_[size_ - 1] + 1 : 0; }
 
     /// The whole storage, capacity included (diagnostics and tests).
-    [[nodiscard]] std::span<const float> key_storage() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return k_; }
-    [[nodiscard]] std::span<const float> value_storage() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return v_; }
+    [[nodiscard]] std::span<const Storage> key_storage() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return k_; }
+    [[nodiscard]] std::span<const Storage> value_storage() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return v_; }
     [[nodiscard]] std::span<const std::int64_t> position_storage() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return pos_; }
 
     /// Appends tokens: K [n, kv_heads, head_dim] transformed at `pos` while written, V [n, kv_heads,
     /// value_dim] copied, both on the transform's threads (set_threads above), the positions recorded.
+    /// Into a 16-bit cache each is rounded once (nearest even): K after its rotation in float.
     /// Positions must increase strictly, past the cached ones, and stay below INT64_MAX
     /// (next_position() is last + 1).
     void append(heads_view<const float> k, heads_view<const float> v, const position_ids& pos) {
+        append_views(k, v, pos);
+    }
+    /// K and V already in the cache's 16-bit type (K still un-rotated: it is rotated in float and
+    /// rounded again).
+    template <class S = Storage>
+        requires(!std::same_as<S, float>)
+    void append(std::type_identity_t<heads_view<const S>> k, std::type_identity_t<heads_view<const S>> v,
+                const position_ids& pos) {
+        append_views(k, v, pos);
+    }
+
+private:
+    template <class Src>
+    void append_views(const heads_view<const Src>& k, const heads_view<const Src>& v, const position_ids& pos) {
         const std::size_t n = pos.size();
         check_view(k, "k", n, shape_.head_dim);
         check_view(v, "v", n, shape_.value_dim);
@@ -143,9 +167,9 @@ public:
                 throw config_error("positions[" + detail::to_text(i) + "]", detail::to_text(p),
                                    "must be < 2^63 - 1, so that next_position() exists");
         }
-        const heads_view<float> kdst = view(k_.data(), size_, n, shape_.head_dim);
+        const heads_view<Storage> kdst = view(k_.data(), size_, n, shape_.head_dim);
         if constexpr (is_identity_transform<Transform>) {
-            copy_rows(k, kdst);
+            copy_rows(k, kdst, 0, n);
         } else {
             transform_.apply_into(k, kdst, pos);  // checks everything before it writes; the first write here
         }
@@ -153,6 +177,8 @@ public:
         for (std::size_t i = 0; i < n; ++i) pos_[size_ + i] = pos[i];
         size_ += n;
     }
+
+public:
 
     /// Keeps the first n_sink and the last n_recent tokens, drops the middle and re-rotates the kept
     /// recent keys so that they follow the sinks (see the top of this file). Returns the number of
@@ -188,14 +214,15 @@ private:
     heads_view<T> view(T* base, std::size_t first, std::size_t n, std::size_t dim) const noexcept {
         return heads_view<T>(base + first * dim, {n, shape_.kv_heads, dim}, {dim, shape_.capacity * dim});
     }
-    heads_view<const float> view(const float* base, std::size_t n, std::size_t dim) const noexcept {
+    heads_view<const Storage> view(const Storage* base, std::size_t n, std::size_t dim) const noexcept {
         return view(base, 0, n, dim);
     }
-    heads_view<float> view(float* base, std::size_t first, std::size_t n, std::size_t dim) noexcept {
-        return view<float>(base, first, n, dim);
+    heads_view<Storage> view(Storage* base, std::size_t first, std::size_t n, std::size_t dim) noexcept {
+        return view<Storage>(base, first, n, dim);
     }
 
-    void check_view(const heads_view<const float>& x, const char* name, std::size_t n, std::size_t dim) const {
+    template <class Src>
+    void check_view(const heads_view<const Src>& x, const char* name, std::size_t n, std::size_t dim) const {
         if (n == 0 && detail::absent(x)) return;
         if (x.tokens() != n || x.heads() != shape_.kv_heads || x.head_dim() != dim)
             throw config_error(std::string(name) + " shape",
@@ -212,19 +239,29 @@ private:
     // (Zen 5, three rounds: S1's V alone into a head-major cache, against a copy of the same bytes,
     // 0.67–0.75 with memcpy alone, 0.79–0.85 with the prefetches; kv_cache/append, K and V, 0.61–0.74
     // → 0.76–0.81).
-    static void copy_rows(const heads_view<const float>& src, const heads_view<float>& dst, std::size_t begin,
+    /// A float source into a 16-bit cache is rounded by the SIMD narrowing step, one token's heads a call.
+    template <class Src>
+    static void copy_rows(const heads_view<const Src>& src, const heads_view<Storage>& dst, std::size_t begin,
                           std::size_t end) noexcept {
-        const std::size_t bytes = src.head_dim() * sizeof(float);
-        for (std::size_t t = begin; t < end; ++t)
-            for (std::size_t h = 0; h < src.heads(); ++h) {
-                if (t + 1 < end) prefetch_row(src.row(t + 1, h), dst.row(t + 1, h), bytes);
-                std::memcpy(dst.row(t, h), src.row(t, h), bytes);
-            }
+        if constexpr (std::is_same_v<Src, Storage>) {
+            const std::size_t bytes = src.head_dim() * sizeof(Storage);
+            for (std::size_t t = begin; t < end; ++t)
+                for (std::size_t h = 0; h < src.heads(); ++h) {
+                    if (t + 1 < end) prefetch_row(src.row(t + 1, h), dst.row(t + 1, h), bytes);
+                    std::memcpy(dst.row(t, h), src.row(t, h), bytes);
+                }
+        } else {
+            static_assert(std::is_same_v<Src, float>);
+            const auto narrow = simd::attention_kernels().narrow;
+            for (std::size_t t = begin; t < end; ++t)
+                narrow({src.row(t, 0), src.heads(), src.head_dim(), src.head_stride(), dst.row(t, 0), dtype_of<Storage>,
+                        dst.head_stride()});
+        }
     }
     // Always inlined: g++ 12 at -O2 deletes calls to an out-of-line function whose only effect is a
     // prefetch (see simd/kernels.hpp). Not shared with the kernels' prefetch_lines: code included by
     // the per-architecture units must not be shared with baseline code (the COMDAT rule).
-    [[gnu::always_inline]] static void prefetch_row(const float* src, float* dst, std::size_t bytes) noexcept {
+    [[gnu::always_inline]] static void prefetch_row(const void* src, void* dst, std::size_t bytes) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC unroll 8
         for (std::size_t b = 0; b < bytes; b += 64) {
@@ -235,13 +272,10 @@ private:
         (void)src, (void)dst, (void)bytes;
 #endif
     }
-    static void copy_rows(const heads_view<const float>& src, const heads_view<float>& dst) noexcept {
-        copy_rows(src, dst, 0, src.tokens());
-    }
-
     // V on the threads the transform rotates K on (its set_threads / set_executor): with K split and
     // V on one thread, a 2-thread append ran at 0.67 of a 2-thread copy.
-    void copy_values(const heads_view<const float>& src, const heads_view<float>& dst) const {
+    template <class Src>
+    void copy_values(const heads_view<const Src>& src, const heads_view<Storage>& dst) const {
         if constexpr (requires {
                           { transform_.threads() } -> std::convertible_to<unsigned>;
                           { transform_.slice_executor() } -> std::convertible_to<const executor&>;
@@ -250,32 +284,90 @@ private:
             detail::run_slices(transform_.threads(), &ex, src.tokens(), src.tokens() * src.heads() * src.head_dim(),
                                [&](std::size_t b, std::size_t e) { copy_rows(src, dst, b, e); });
         } else {
-            copy_rows(src, dst);
+            copy_rows(src, dst, 0, src.tokens());
         }
     }
 
     // Tokens [from, from + n) → [to, to + n) in every head (to < from; the ranges may overlap).
-    void move_rows(float* base, std::size_t from, std::size_t to, std::size_t n, std::size_t dim) noexcept {
+    void move_rows(Storage* base, std::size_t from, std::size_t to, std::size_t n, std::size_t dim) noexcept {
         for (std::size_t h = 0; h < shape_.kv_heads; ++h) {
-            float* head = base + h * shape_.capacity * dim;
-            std::memmove(head + to * dim, head + from * dim, n * dim * sizeof(float));
+            Storage* head = base + h * shape_.capacity * dim;
+            std::memmove(head + to * dim, head + from * dim, n * dim * sizeof(Storage));
         }
     }
 
     Transform transform_;
     kv_cache_shape shape_;
-    detail::attn_floats k_, v_;
+    std::vector<Storage, detail::aligned64_allocator<Storage>> k_, v_;
     std::vector<std::int64_t> pos_;
     std::size_t size_ = 0;
 };
 
+namespace detail {
+
+/// The layout of a rotary-like transform, as a name ("" for none).
+template <class T>
+std::string_view rotary_layout_name(const T& t) noexcept {
+    if constexpr (requires { t.layout(); })
+        return t.layout() == rope_layout::interleaved ? interleaved::name : half_split::name;
+    else if constexpr (requires { T::layout::name; })
+        return T::layout::name;
+    else
+        return {};
+}
+
+template <class T>
+std::string key_transform_kind(const T& t) {
+    if constexpr (is_identity_transform<T>)
+        return "NoPE";
+    else if constexpr (requires { t.frequencies(); t.dims(); })
+        return std::string(rotary_layout_name(t)) + " RoPE";
+    else
+        return "a custom transform";
+}
+
+/// Empty when `enc` rotates keys as `cached` did (same kind, layout, dims, frequencies and amplitude),
+/// else what differs: a query transform that is not the cache's compares queries and keys in
+/// different frames. A table_transform is judged by its rotary (its table is checked against that
+/// rotary on use).
+template <class E, class C>
+[[nodiscard]] std::string key_transform_mismatch(const E& enc, const C& cached) {
+    if constexpr (requires { enc.rotary; enc.table; }) {
+        return key_transform_mismatch(enc.rotary, cached);
+    } else if constexpr (requires { enc.frequencies(); enc.dims(); cached.frequencies(); cached.dims(); }) {
+        const auto &fe = enc.frequencies(), &fc = cached.frequencies();
+        if (rotary_layout_name(enc) != rotary_layout_name(cached))
+            return key_transform_kind(enc) + ", but the cache's keys were rotated by " + key_transform_kind(cached);
+        if (enc.dims().head_dim != cached.dims().head_dim || enc.dims().rotary() != cached.dims().rotary())
+            return "rotary_dim " + to_text(enc.dims().rotary()) + " of head_dim " + to_text(enc.dims().head_dim) +
+                   ", but the cache's is " + to_text(cached.dims().rotary()) + " of " + to_text(cached.dims().head_dim);
+        for (std::size_t i = 0; i < fe.inv_freq.size(); ++i)
+            if (fe.inv_freq[i] != fc.inv_freq[i])
+                return "inv_freq[" + to_text(i) + "] = " + to_text(fe.inv_freq[i]) + ", but the cache's is " +
+                       to_text(fc.inv_freq[i]);
+        if (fe.attention_factor != fc.attention_factor)
+            return "amplitude (attention_factor) " + to_text(fe.attention_factor) + ", but the cache's is " +
+                   to_text(fc.attention_factor);
+        return {};
+    } else if constexpr (is_identity_transform<E> && is_identity_transform<C>) {
+        return {};
+    } else {
+        return key_transform_kind(enc) + ", but the cache's keys were transformed by " + key_transform_kind(cached);
+    }
+}
+
+}  // namespace detail
+
 /// Decode (or chunked prefill): queries at their positions against everything the cache holds, with
-/// keys_transformed = true (the cache's keys are rotated already). enc.transform must be the one the
-/// cache was filled with (the cache holds a copy: cache.transform()).
-template <class Transform, class Bias, class Scale, cacheable_transform CacheTransform, attention_mask Mask = no_mask>
+/// keys_transformed = true (the cache's keys are rotated already). enc.transform must rotate as the
+/// cache's transform does (cache.transform(), or a table_transform of it): same kind, layout, dims,
+/// frequencies and amplitude; checked. A 16-bit cache is read by the 16-bit path.
+template <class Transform, class Bias, class Scale, class CacheTransform, class Storage, attention_mask Mask = no_mask>
 void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q,
-               const kv_cache<CacheTransform>& cache, heads_view<float> out, const position_ids& q_positions,
+               const kv_cache<CacheTransform, Storage>& cache, heads_view<float> out, const position_ids& q_positions,
                const Mask& mask = {}, attention_options options = {}) {
+    if (const std::string why = detail::key_transform_mismatch(enc.transform, cache.transform()); !why.empty())
+        throw config_error("enc.transform", why, "must transform queries as the cache's keys were (cache.transform())");
     options.keys_transformed = true;
     attention(enc, q, cache.keys(), cache.values(), out, q_positions, cache.positions(), mask, options);
 }

@@ -21,17 +21,20 @@
 #include "posenc/bias/no_bias.hpp"
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
+#include "posenc/detail/parallel.hpp"
 #include "posenc/logit/nope.hpp"
 
 namespace posenc {
 
 struct inverse_sqrt_scale {
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     [[nodiscard]] double scale(std::int64_t /*query_pos*/, std::size_t head_dim) const noexcept {
         return 1.0 / std::sqrt(static_cast<double>(head_dim));
     }
 };
 
 struct fixed_scale {
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     double lambda = 1.0;
 
     [[nodiscard]] static fixed_scale of(const logit_temperature& t) { return {t.scale()}; }
@@ -47,6 +50,7 @@ struct fixed_scale {
 };
 
 struct temperature_scale {
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     llama4_attn_temperature temperature{};
     [[nodiscard]] double scale(std::int64_t query_pos, std::size_t head_dim) const {
         return temperature.scale(query_pos) / std::sqrt(static_cast<double>(head_dim));
@@ -81,8 +85,13 @@ struct attention_options {
     std::span<const std::int32_t> key_sequence{};
     /// K already carries the transform (a KV cache of rotated keys): only the queries are transformed.
     bool keys_transformed = false;
-    /// Threads across (kv head, query tile); the output is bit-identical for any count.
+    /// Up to this many threads across (kv head, query tile) items, or across key segments when there are
+    /// fewer items than threads (decode); fewer for a small call (about 2M multiply-adds a thread). The
+    /// output is bit-identical for any count.
     unsigned threads = 1;
+    /// Runs those threads' work on the caller's pool instead of posenc's own threads (OpenMP, else
+    /// std::thread per call); empty: posenc's. The result is the same either way.
+    ::posenc::executor executor{};
 };
 
 }  // namespace posenc

@@ -30,6 +30,7 @@ struct shaw_params {
 
 class shaw_rpr {
 public:
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     static constexpr std::string_view name = "shaw";
 
     shaw_rpr(shaw_params p, std::span<const float> a_k, std::size_t head_dim, std::span<const float> a_v,

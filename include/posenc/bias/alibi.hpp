@@ -107,6 +107,7 @@ struct alibi {
 /// The ALiBi score bias: a score_bias with the slopes computed once.
 class alibi_bias {
 public:
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     static constexpr std::string_view name = "alibi";
 
     explicit alibi_bias(const alibi& params) : params_(params), slopes_(params.slopes()) {}

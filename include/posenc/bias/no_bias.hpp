@@ -13,6 +13,7 @@
 namespace posenc {
 
 struct no_bias {
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     static constexpr std::string_view name = "none";
 
     [[nodiscard]] constexpr bias_order order() const noexcept { return bias_order::scale_then_add; }

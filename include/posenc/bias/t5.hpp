@@ -133,6 +133,7 @@ struct t5_buckets {
 /// reloaded, and because the lookup is derived from it anyway.
 class t5_bias {
 public:
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     static constexpr std::string_view name = "t5";
 
     t5_bias(const t5_buckets& buckets, std::size_t heads, std::span<const float> table)

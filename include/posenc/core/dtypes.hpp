@@ -105,6 +105,10 @@ static_assert(std::is_trivial_v<bf16> && std::is_trivial_v<fp16>);
 template <class T>
 concept storage_type = std::same_as<T, float> || std::same_as<T, bf16> || std::same_as<T, fp16>;
 
+/// bf16 or fp16 (float has its own, non-template overloads).
+template <class T>
+concept half_storage = storage_type<T> && !std::same_as<T, float>;
+
 template <storage_type T>
 inline constexpr dtype dtype_of = std::same_as<T, float> ? dtype::f32 : std::same_as<T, bf16> ? dtype::bf16 : dtype::fp16;
 

@@ -47,6 +47,7 @@ inline void require_tokens(const heads_view<float>& v, std::string_view name, st
 
 /// The identity query/key transform.
 struct nope {
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     static constexpr std::string_view name = "nope";
     static constexpr bool is_identity = true;  ///< attention reads K in place
 

@@ -12,6 +12,7 @@ namespace posenc {
 
 class any_rotary {
 public:
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     any_rotary(rope_layout layout, rope_dims dims, rope_frequencies freq) : impl_(make(layout, dims, std::move(freq))) {}
 
     template <frequency_schedule Schedule>

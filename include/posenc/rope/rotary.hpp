@@ -38,13 +38,10 @@ namespace posenc {
 
 enum class rotation { forward, inverse };
 
-/// bf16 or fp16 (float has its own, non-template overloads).
-template <class T>
-concept half_storage = storage_type<T> && !std::same_as<T, float>;
-
 template <rotary_layout Layout>
 class rotary {
 public:
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     using layout = Layout;
 
     rotary(rope_dims dims, rope_frequencies freq) : dims_(dims), freq_(std::move(freq)) {

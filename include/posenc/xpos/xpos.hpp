@@ -85,6 +85,7 @@ enum class xpos_role { query, key };
 template <rotary_layout Layout>
 class xpos_rotary {
 public:
+    static constexpr bool rejects_only_out_of_range = true;  ///< see attention.hpp (may_throw_inside)
     using layout = Layout;
 
     xpos_rotary(rope_dims dims, xpos params) : dims_(checked(dims)), params_(params) {

@@ -1,0 +1,278 @@
+#pragma once
+// The attention kernel's loop over one work item (a kv head × a tile of query tokens), in detail::.
+// attention.hpp checks a call and schedules the items; this file computes them.
+//
+// Keys are processed in segments of attn_segment_keys: each segment's softmax state (running max m,
+// sum l, accumulator acc) starts fresh, tile by tile as FlashAttention-2 does, and the segments are
+// folded left to right into the item's total by fold_segment. A decode call with fewer items than
+// threads computes the segments of one item on different threads and folds them afterwards in the
+// same order with the same function: the same bits as one thread (split-KV, flash-decoding).
+//
+// 16-bit K and V (bf16, fp16) are widened exactly to float one key tile at a time (the widen step),
+// so a 16-bit call computes what the float path computes on the same 16-bit values, bit for bit.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <new>
+#include <tuple>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "posenc/attention/dispatch.hpp"
+#include "posenc/attention/mask.hpp"
+#include "posenc/attention/options.hpp"
+#include "posenc/core/concepts.hpp"
+#include "posenc/core/dtypes.hpp"
+#include "posenc/core/positions.hpp"
+#include "posenc/core/tensor.hpp"
+
+namespace posenc::detail {
+
+/// Keys per segment (16 key tiles): fixed for every architecture and thread count, since the
+/// segment boundaries decide the result's last bits.
+inline constexpr std::size_t attn_segment_keys = 16 * simd::attn_key_tile;
+
+/// Positions [begin, begin + count) of `p`, without copying.
+inline position_ids slice_positions(const position_ids& p, std::size_t begin, std::size_t count) {
+    if (const auto* d = p.int64_data()) return std::span<const std::int64_t>(d + begin, count);
+    if (const auto* d = p.int32_data()) return std::span<const std::int32_t>(d + begin, count);
+    if (count == 0) return position_ids::consecutive(0, 0);
+    const std::int64_t start = p.start() + p.step() * static_cast<std::int64_t>(begin);
+    return p.step() == 0 ? position_ids::constant(start, count) : position_ids::consecutive(start, count);
+}
+
+/// 64-byte aligned storage through the aligned operator new (so that allocation hooks see it).
+template <class T>
+struct aligned64_allocator {
+    using value_type = T;
+    aligned64_allocator() = default;
+    template <class U>
+    aligned64_allocator(const aligned64_allocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
+    T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
+    friend bool operator==(const aligned64_allocator&, const aligned64_allocator&) noexcept { return true; }
+};
+using attn_floats = std::vector<float, aligned64_allocator<float>>;
+
+struct attn_shape {
+    std::size_t Tq, Tk, Hq, Hkv, G, D, Dv, tile_tokens, rows_pad, acc_stride, segments;
+};
+
+/// A softmax state over some keys for the rows of one item: running max m, sum l (both relative to
+/// m), accumulator acc[r][0, Dv) = Σ exp(s − m)·v. Points into scratch or a split call's buffers.
+struct attn_state {
+    float* m;
+    float* l;
+    float* acc;
+};
+
+/// One thread's scratch: everything the kernel needs besides the caller's buffers. `krot` holds a
+/// key tile when keys are transformed or widened, `vbuf` a widened value tile; `total` the item's
+/// folded segments.
+struct attn_scratch {
+    attn_floats q, kt, s, acc, krot, vbuf, total_acc;
+    std::vector<float> m, l, scale, total_m, total_l;
+    attn_scratch(const attn_shape& sh, bool key_copy, bool value_copy)
+        : q(sh.rows_pad * sh.D), kt(sh.D * simd::attn_key_tile), s(sh.rows_pad * simd::attn_key_tile),
+          acc(sh.rows_pad * sh.acc_stride), krot(key_copy ? simd::attn_key_tile * sh.D : 0),
+          vbuf(value_copy ? simd::attn_key_tile * sh.Dv : 0), total_acc(sh.rows_pad * sh.acc_stride), m(sh.rows_pad),
+          l(sh.rows_pad), scale(sh.tile_tokens), total_m(sh.rows_pad), total_l(sh.rows_pad) {}
+    [[nodiscard]] attn_state segment() noexcept { return {m.data(), l.data(), acc.data()}; }
+    [[nodiscard]] attn_state total() noexcept { return {total_m.data(), total_l.data(), total_acc.data()}; }
+};
+
+/// The query side of one item: its rows (row t·G + g is token t0 + t, head hk·G + g), positions and
+/// the bounds the masks classify tiles with.
+struct attn_query_tile {
+    std::size_t hk = 0, t0 = 0, nq = 0, R = 0, rows_pad = 0;
+    position_ids qs = position_ids::consecutive(0, 0);
+    std::int64_t q_lo = 0, q_hi = 0;
+    std::int32_t seq_lo = 0, seq_hi = 0;
+};
+
+/// One call's inputs as the loop reads them (K and V of element type KV).
+template <class Enc, class Mask, class KV>
+struct attn_call {
+    const simd::attn_kernels& ker;
+    const Enc& enc;
+    const attn_shape& sh;
+    heads_view<const float> q;
+    heads_view<const KV> k;
+    heads_view<const KV> v;
+    const position_ids& qpos;
+    const position_ids& kpos;
+    const Mask& mask;
+    const attention_options& opt;
+
+    using transform_type = std::remove_cvref_t<decltype(enc.transform)>;
+    static constexpr bool widen = !std::is_same_v<KV, float>;
+    [[nodiscard]] bool rotate_keys() const noexcept { return !is_identity_transform<transform_type> && !opt.keys_transformed; }
+    [[nodiscard]] bool key_copy() const noexcept { return widen || rotate_keys(); }
+
+    /// Copies item `item`'s queries into w.q, transforms them at their positions and sets their scales.
+    attn_query_tile load_queries(std::size_t item, attn_scratch& w) const {
+        attn_query_tile t;
+        t.hk = item % sh.Hkv;
+        t.t0 = item / sh.Hkv * sh.tile_tokens;
+        t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
+        t.R = t.nq * sh.G;
+        t.rows_pad = (t.R + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
+        const std::size_t G = sh.G, D = sh.D;
+        std::fill_n(w.q.begin(), t.rows_pad * D, 0.0f);
+        for (std::size_t i = 0; i < t.nq; ++i)
+            for (std::size_t g = 0; g < G; ++g) std::copy_n(q.row(t.t0 + i, t.hk * G + g), D, w.q.data() + (i * G + g) * D);
+        t.qs = slice_positions(qpos, t.t0, t.nq);
+        transform_queries(enc.transform, heads_view<float>(w.q.data(), {t.nq, G, D}), t.qs);
+        for (std::size_t i = 0; i < t.nq; ++i) w.scale[i] = static_cast<float>(enc.scale.scale(t.qs[i], D));
+        std::tie(t.q_lo, t.q_hi) = t.qs.bounds();
+        if (!opt.query_sequence.empty()) {
+            const auto ids = opt.query_sequence.subspan(t.t0, t.nq);
+            t.seq_lo = *std::min_element(ids.begin(), ids.end());
+            t.seq_hi = *std::max_element(ids.begin(), ids.end());
+        }
+        return t;
+    }
+
+    /// The softmax state of the tile's rows over the keys of segment `seg`, from a fresh start, into st.
+    void run_segment(const attn_query_tile& t, std::size_t seg, attn_scratch& w, const attn_state& st) const {
+        constexpr float ninf = -std::numeric_limits<float>::infinity();
+        constexpr std::size_t BK = simd::attn_key_tile;
+        const std::size_t G = sh.G, D = sh.D, R = t.R, hk = t.hk;
+        const bool seq = !opt.query_sequence.empty();
+        const bool add_then_scale = enc.bias.order() == bias_order::add_then_scale;
+        std::fill_n(st.m, R, ninf);
+        std::fill_n(st.l, R, 0.0f);
+        std::fill_n(st.acc, R * sh.acc_stride, 0.0f);
+        const std::size_t end = std::min(sh.Tk, (seg + 1) * attn_segment_keys);
+        for (std::size_t j0 = seg * attn_segment_keys; j0 < end; j0 += BK) {
+            const std::size_t nk = std::min(BK, end - j0);
+            const position_ids ks = slice_positions(kpos, j0, nk);
+            const auto [k_lo, k_hi] = ks.bounds();
+            tile_visibility vis = mask.classify({t.q_lo, t.q_hi, k_lo, k_hi});
+            if (seq && vis != tile_visibility::none) {
+                const auto ids = opt.key_sequence.subspan(j0, nk);
+                const std::int32_t lo = *std::min_element(ids.begin(), ids.end());
+                const std::int32_t hi = *std::max_element(ids.begin(), ids.end());
+                if (hi < t.seq_lo || lo > t.seq_hi)
+                    vis = tile_visibility::none;
+                else if (!(lo == hi && t.seq_lo == t.seq_hi && lo == t.seq_lo))
+                    vis = tile_visibility::partial;
+            }
+            if (vis == tile_visibility::none) continue;
+
+            const float* kbase = nullptr;
+            std::size_t kstride = D;
+            if constexpr (widen) {
+                ker.widen({k.row(j0, hk), dtype_of<KV>, nk, D, k.token_stride(), w.krot.data(), D});
+                kbase = w.krot.data();
+            } else if (rotate_keys()) {
+                for (std::size_t j = 0; j < nk; ++j) std::copy_n(k.row(j0 + j, hk), D, w.krot.data() + j * D);
+                kbase = w.krot.data();
+            } else {
+                kbase = k.row(j0, hk);
+                kstride = k.token_stride();
+            }
+            if (rotate_keys()) transform_keys(enc.transform, heads_view<float>(w.krot.data(), {nk, 1, D}), ks);
+            ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data()});
+
+            for (std::size_t r = 0; r < R; ++r) {
+                const std::size_t i = r / G, head = hk * G + r % G;
+                const std::int64_t qp = t.qs[i];
+                float* srow = w.s.data() + r * BK;
+                const std::span<float> row(srow, nk);
+                const std::span<const float> qrow(w.q.data() + r * D, D);
+                const float sc = w.scale[i];
+                if (add_then_scale) {
+                    add_bias_to_scores(enc.bias, head, qp, ks, row, qrow);
+                    for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
+                } else {
+                    for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
+                    add_bias_to_scores(enc.bias, head, qp, ks, row, qrow);
+                }
+                if (vis == tile_visibility::partial) {
+                    const std::int32_t qid = seq ? opt.query_sequence[t.t0 + i] : 0;
+                    for (std::size_t j = 0; j < nk; ++j)
+                        if (!mask.visible(qp, ks[j]) || (seq && opt.key_sequence[j0 + j] != qid)) srow[j] = ninf;
+                }
+            }
+            ker.softmax({w.s.data(), R, nk, st.m, st.l, st.acc, sh.acc_stride, sh.Dv, opt.softcap});
+            if constexpr (widen) {
+                ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
+                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride});
+            } else {
+                ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride});
+            }
+            for (std::size_t r = 0; r < R; ++r)
+                add_bias_to_output(enc.bias, hk * G + r % G, t.qs[r / G], ks, std::span<const float>(w.s.data() + r * BK, nk),
+                                   std::span<float>(st.acc + r * sh.acc_stride, sh.Dv));
+        }
+    }
+};
+
+/// total ← total ⊕ seg for R rows: both states rescaled to their common max (in double, rounded once
+/// to float). A row that has seen nothing keeps m = −∞; a total that has seen nothing takes seg's
+/// numbers exactly, so a one-segment call gives the bits of an unsegmented one.
+inline void fold_segment(const attn_state& total, const attn_state& seg, std::size_t R, std::size_t dv,
+                         std::size_t acc_stride) noexcept {
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    for (std::size_t r = 0; r < R; ++r) {
+        const float ms = seg.m[r];
+        if (ms == ninf) continue;
+        float* acc = total.acc + r * acc_stride;
+        const float* sacc = seg.acc + r * acc_stride;
+        const float mt = total.m[r];
+        if (mt == ninf) {
+            total.m[r] = ms;
+            total.l[r] = seg.l[r];
+            std::copy_n(sacc, dv, acc);
+            continue;
+        }
+        const double m = std::max(mt, ms), a = std::exp(double(mt) - m), b = std::exp(double(ms) - m);
+        total.m[r] = static_cast<float>(m);
+        total.l[r] = static_cast<float>(total.l[r] * a + seg.l[r] * b);
+        for (std::size_t d = 0; d < dv; ++d) acc[d] = static_cast<float>(acc[d] * a + sacc[d] * b);
+    }
+}
+
+/// Starts a total that has seen nothing.
+inline void clear_total(const attn_state& total, std::size_t R) noexcept {
+    std::fill_n(total.m, R, -std::numeric_limits<float>::infinity());
+    std::fill_n(total.l, R, 0.0f);
+}
+
+/// Where a finished item's rows go: `out` (normalised; sinks joining the denominator), and for a
+/// partial result the log-sum-exp of each row's logits, lse[t·Hq + h] (−∞ where nothing is visible).
+struct attn_sink_and_lse {
+    std::span<const float> sinks;
+    std::span<float> lse;
+};
+
+inline void finish_rows(const attn_query_tile& t, const attn_state& total, const attn_shape& sh,
+                        const heads_view<float>& out, const attn_sink_and_lse& extra) {
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    for (std::size_t r = 0; r < t.R; ++r) {
+        const std::size_t i = r / sh.G, head = t.hk * sh.G + r % sh.G;
+        float* o = out.row(t.t0 + i, head);
+        const float* acc = total.acc + r * sh.acc_stride;
+        if (!extra.lse.empty()) extra.lse[(t.t0 + i) * sh.Hq + head] = ninf;
+        if (total.m[r] == ninf) {
+            std::fill_n(o, sh.Dv, 0.0f);
+            continue;
+        }
+        double m = total.m[r], l = total.l[r], num = 1.0;
+        if (!extra.sinks.empty()) {
+            const double sink = extra.sinks[head], mf = std::max(m, sink);
+            num = std::exp(m - mf);
+            l = l * num + std::exp(sink - mf);
+        }
+        const double f = num / l;
+        for (std::size_t d = 0; d < sh.Dv; ++d) o[d] = static_cast<float>(acc[d] * f);
+        if (!extra.lse.empty()) extra.lse[(t.t0 + i) * sh.Hq + head] = static_cast<float>(m + std::log(l));
+    }
+}
+
+}  // namespace posenc::detail
