@@ -5,6 +5,8 @@
 // (the COMDAT trap).
 #include <cstdint>
 
+#include <immintrin.h>
+
 #include <xsimd/xsimd.hpp>
 
 #include "limit.hpp"
@@ -57,6 +59,23 @@ void flip16_avx2(std::uint16_t* x, std::size_t n, bool prefetch) noexcept {
         (v3 ^ sign).store_unaligned(x + i + 3 * W);
     }
     for (; i < n; ++i) x[i] ^= 0x8000u;
+}
+
+void narrow16_avx2(const float* src, std::uint16_t* dst, std::size_t n, bool prefetch) noexcept {
+    using fbatch = xsimd::batch<std::uint32_t, xsimd::fma3<xsimd::avx2>>;
+    constexpr std::size_t W = fbatch::size;
+    std::size_t i = 0;
+    for (; i + 2 * W <= n; i += 2 * W) {  // 64 bytes read, 32 written
+        if (prefetch) {
+            prefetch_ahead(src, i * sizeof(float), n * sizeof(float));
+            prefetch_ahead(dst, i * sizeof(std::uint16_t), n * sizeof(std::uint16_t));
+        }
+        const __m256i a = _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)), 16);
+        const __m256i b = _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + W)), 16);
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);  // lanes back in order
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+    }
+    for (; i < n; ++i) dst[i] = static_cast<std::uint16_t>(__builtin_bit_cast(std::uint32_t, src[i]) >> 16);
 }
 
 void copy_avx2(const float* src, float* dst, std::size_t n, bool prefetch) noexcept {

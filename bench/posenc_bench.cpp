@@ -15,8 +15,11 @@
 //   attention/S6/threads:N      decode: 1 query at 8191 over a kv_cache of 8192 rotated keys (head-major), 32/8, dim 128
 //   attention/S6-token-major/... the same keys in a plain [token][kv head][dim] buffer
 //   attention/S6-head-major/... a plain buffer laid out [kv head][token][dim] (what kv_cache stores)
+//   attention/<S5|S5-rope|S6>-bf16, -fp16/threads:N   K and V in 16 bits: S5 and S5-rope (with a cos/sin
+//                               table) over converted copies, S6 over a kv_cache<rotary, bf16/fp16>
 //   kv_cache/append/threads:N   kv_cache::append of S1's K [2048,8,128] (rotated, RoPE base 10000) and a V
 //                               of the same shape into an empty cache; limit: a copy of the same bytes
+//   kv_cache/append-bf16, -fp16 the same into a 16-bit cache; limit: floats read, 16-bit values written (truncated)
 //   limit/S5, limit/S5-rope     one head's Eigen GEMMs QKᵀ and PV per thread (-march=native): FLOP/s
 //   limit/S6                    a read pass over the cache's K and V: bytes/s
 //   naive/<shape>               materialised scores and softmax (Eigen GEMMs), 1 thread
@@ -24,8 +27,10 @@
 //                               timed alternately with attention/S5: posenc_speedup, max_abs_diff
 //
 // Attention reports FLOP/s of the useful work (4·heads·D·visible pairs: causal counts the unmasked
-// part) and limit_fraction = its FLOP/s over the limit GEMM's, both timed alternately in the same
-// benchmark; S6 reports bytes/s (K and V read) against the read pass.
+// part), limit_fraction = its FLOP/s over the limit GEMM's and fma_fraction = its FLOP/s over the
+// core's FMA peak (an FMA loop of 12 independent chains, fma_peak_pass), each timed alternately with
+// the kernel in the same benchmark; S6 reports bytes/s (K and V read) against the read pass over the
+// same bytes.
 //   rope/S1-bf16, S1-fp16/<layout>/threads:N   S1 in 16-bit storage; limit: x ^= sign over the same 16-bit buffers
 //   rope/L2-bf16, L2-fp16/<layout>  the same for 64 tokens (640 KiB: in L2), 1 thread: the kernel's arithmetic
 //                               without S1's memory traffic; ns_per_head, limit as above over those buffers
@@ -657,10 +662,31 @@ double useful_flops(const attn_def& s) {
 }
 
 enum class rope_variant { on_the_fly, table, prerotated, head_major, token_major };
+/// FMA rounds per peak measurement: ~0.2-0.5 ms on one AVX-512 core, timed next to every kernel run.
+constexpr std::size_t fma_peak_iterations = 100000;
 
+/// K and V converted to 16 bits once (the prefill rows' inputs).
+template <class H>
+struct kv16_data {
+    std::vector<H> k, v;
+    explicit kv16_data(const attn_data& b) : k(b.k.size()), v(b.v.size()) {
+        for (std::size_t i = 0; i < k.size(); ++i) k[i] = H(b.k[i]);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = H(b.v[i]);
+    }
+};
+template <class H>
+kv16_data<H>& kv16_for(const attn_def& s) {
+    static std::map<std::string, kv16_data<H>> all;
+    auto it = all.find(s.name);
+    if (it == all.end()) it = all.emplace(s.name, kv16_data<H>(data_for(s))).first;
+    return it->second;
+}
+
+template <class H = float>
 void attention_bench(benchmark::State& state, const attn_def& s, unsigned threads, rope_variant rv) {
     auto& b = data_for(s);
     using clock = std::chrono::steady_clock;
+    constexpr bool half = !std::is_same_v<H, float>;
     const posenc::rotary<posenc::half_split> rope({.head_dim = s.D}, posenc::default_rope{});
     const auto table = rope.table(static_cast<std::int64_t>(s.Tk));
     const posenc::alibi_bias alibi({.heads = s.Hq, .max_bias = 8});
@@ -677,14 +703,27 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
     aligned_vector kcopy(rv == rope_variant::prerotated ? b.k.size() : 0);
     const bool decode = s.Tq == 1;
     // S6 proper: a kv_cache filled once (untimed) with the keys rotated at their positions.
-    std::optional<posenc::kv_cache<posenc::rotary<posenc::half_split>>> cache;
+    std::optional<posenc::kv_cache<posenc::rotary<posenc::half_split>, H>> cache;
     if (decode && rv == rope_variant::on_the_fly) {
         cache.emplace(rope, posenc::kv_cache_shape{.kv_heads = s.Hkv, .head_dim = s.D, .capacity = s.Tk});
         cache->append(K, V, kpos);
     }
     auto kernel = [&] {
         posenc::attention_options opt{.threads = threads};
-        if (s.alibi) {
+        if constexpr (half) {
+            if (cache) {
+                posenc::attention(posenc::attention_encoding{rope}, Q, *cache, O, qpos, posenc::causal_mask{}, opt);
+            } else {  // prefill over 16-bit K and V
+                auto& h = kv16_for<H>(s);
+                const posenc::heads_view<const H> Kh(h.k.data(), {s.Tk, s.Hkv, s.D}), Vh(h.v.data(), {s.Tk, s.Hkv, s.D});
+                if (s.alibi)
+                    posenc::attention(posenc::attention_encoding{posenc::nope{}, alibi}, Q, Kh, Vh, O, qpos, kpos,
+                                      posenc::causal_mask{}, opt);
+                else
+                    posenc::attention(posenc::attention_encoding{posenc::table_transform{rope, table}}, Q, Kh, Vh, O, qpos,
+                                      kpos, posenc::causal_mask{}, opt);
+            }
+        } else if (s.alibi) {
             posenc::attention(posenc::attention_encoding{posenc::nope{}, alibi}, Q, K, V, O, qpos, kpos, posenc::causal_mask{}, opt);
         } else if (cache) {
             posenc::attention(posenc::attention_encoding{rope}, Q, *cache, O, qpos, posenc::causal_mask{}, opt);
@@ -704,16 +743,19 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
             posenc::attention(posenc::attention_encoding{rope}, Q, K, V, O, qpos, kpos, posenc::causal_mask{}, opt);
         }
     };
-    double limit_seconds = 0, kernel_seconds = 0, limit_work = 0;
+    // The bytes decode reads: the cache's storage (capacity = Tk) in its element type.
+    const double kv_bytes = static_cast<double>((b.k.size() + b.v.size()) * sizeof(H));
+    double limit_seconds = 0, kernel_seconds = 0, limit_work = 0, peak_seconds = 0, peak_flops = 0;
     float sink = 0;
     for (auto _ : state) {
         const auto t0 = clock::now();
-        if (decode) {  // the same bytes the kernel reads (the cache's storage: capacity = Tk)
-            const float* kr = cache ? cache->key_storage().data() : b.k.data();
-            const float* vr = cache ? cache->value_storage().data() : b.v.data();
-            sink += posenc_bench::read_pass(kr, b.k.size(), threads);
-            sink += posenc_bench::read_pass(vr, b.v.size(), threads);
-            limit_work += static_cast<double>((b.k.size() + b.v.size()) * sizeof(float));
+        if (decode) {  // a read pass over the same bytes (16-bit storage read as floats of the same bytes)
+            const void* kr = cache ? static_cast<const void*>(cache->key_storage().data()) : b.k.data();
+            const void* vr = cache ? static_cast<const void*>(cache->value_storage().data()) : b.v.data();
+            const std::size_t floats = b.k.size() * sizeof(H) / sizeof(float);
+            sink += posenc_bench::read_pass(static_cast<const float*>(kr), floats, threads);
+            sink += posenc_bench::read_pass(static_cast<const float*>(vr), floats, threads);
+            limit_work += kv_bytes;
         } else {
             limit_work += posenc_bench::gemm_pass(b.lq.data(), b.lk.data(), b.lv.data(), s.Tk, s.D, s.D, threads);
         }
@@ -722,20 +764,24 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
         kernel();
         benchmark::ClobberMemory();
         const auto t2 = clock::now();
+        if (!decode) peak_flops += posenc_bench::fma_peak_pass(fma_peak_iterations, threads);
+        const auto t3 = clock::now();
         limit_seconds += std::chrono::duration<double>(t1 - t0).count();
         kernel_seconds += std::chrono::duration<double>(t2 - t1).count();
+        peak_seconds += std::chrono::duration<double>(t3 - t2).count();
         state.SetIterationTime(std::chrono::duration<double>(t2 - t1).count());
     }
     benchmark::DoNotOptimize(sink);
     const double iters = static_cast<double>(state.iterations());
     if (decode) {
-        const double bytes = static_cast<double>((b.k.size() + b.v.size()) * sizeof(float));
-        state.SetBytesProcessed(static_cast<std::int64_t>(bytes * iters));
-        if (kernel_seconds > 0) state.counters["limit_fraction"] = (bytes * iters / kernel_seconds) / (limit_work / limit_seconds);
+        state.SetBytesProcessed(static_cast<std::int64_t>(kv_bytes * iters));
+        if (kernel_seconds > 0) state.counters["limit_fraction"] = (kv_bytes * iters / kernel_seconds) / (limit_work / limit_seconds);
     } else {
         state.counters["FLOP/s"] = benchmark::Counter(useful_flops(s), benchmark::Counter::kIsIterationInvariantRate);
-        if (kernel_seconds > 0)
+        if (kernel_seconds > 0) {
             state.counters["limit_fraction"] = (useful_flops(s) * iters / kernel_seconds) / (limit_work / limit_seconds);
+            state.counters["fma_fraction"] = (useful_flops(s) * iters / kernel_seconds) / (peak_flops / peak_seconds);
+        }
     }
 }
 
@@ -825,21 +871,31 @@ void attention_eigen_tiles(benchmark::State& state) {
 // kv_cache/append: S1's K and a V of the same shape appended to an empty cache (K rotated on the way in, one
 // read and one write), against a copy pass of the same bytes (K and V, source to a separate buffer),
 // timed alternately. bytes/s counts read + written.
+// In a 16-bit cache (kv_cache/append-bf16, -fp16) each value is read as a float and written as 16 bits;
+// the limit then reads the same floats and writes the same 16-bit bytes, truncating (narrow16_pass).
+template <class H = float>
 void kv_cache_append(benchmark::State& state, unsigned threads) {
     auto& b = s1_buffers();
     static aligned_vector v(b.k.size(), 0.5f), copy_dst(2 * b.k.size());
+    static std::vector<std::uint16_t> narrow_dst(2 * b.k.size());
     posenc::rotary<posenc::half_split> rope({.head_dim = S1_head_dim}, posenc::default_rope{.base = 10000});
     rope.set_threads(threads);
-    posenc::kv_cache cache(rope, {.kv_heads = S1_kv_heads, .head_dim = S1_head_dim, .capacity = S1_tokens});
+    posenc::kv_cache<posenc::rotary<posenc::half_split>, H> cache(
+        rope, {.kv_heads = S1_kv_heads, .head_dim = S1_head_dim, .capacity = S1_tokens});
     const posenc::heads_view<const float> K(b.k.data(), {S1_tokens, S1_kv_heads, S1_head_dim});
     const posenc::heads_view<const float> V(v.data(), {S1_tokens, S1_kv_heads, S1_head_dim});
     const auto pos = posenc::position_ids::consecutive(0, S1_tokens);
-    const double bytes = 2.0 * static_cast<double>((b.k.size() + v.size()) * sizeof(float));
+    const double bytes = static_cast<double>((b.k.size() + v.size()) * (sizeof(float) + sizeof(H)));
     paired(
         state, bytes,
         [&](bool prefetch) {
-            posenc_bench::copy_pass(b.k.data(), copy_dst.data(), b.k.size(), threads, prefetch);
-            posenc_bench::copy_pass(v.data(), copy_dst.data() + b.k.size(), v.size(), threads, prefetch);
+            if constexpr (std::is_same_v<H, float>) {
+                posenc_bench::copy_pass(b.k.data(), copy_dst.data(), b.k.size(), threads, prefetch);
+                posenc_bench::copy_pass(v.data(), copy_dst.data() + b.k.size(), v.size(), threads, prefetch);
+            } else {
+                posenc_bench::narrow16_pass(b.k.data(), narrow_dst.data(), b.k.size(), threads, prefetch);
+                posenc_bench::narrow16_pass(v.data(), narrow_dst.data() + b.k.size(), v.size(), threads, prefetch);
+            }
         },
         [&] {
             cache.clear();
@@ -861,6 +917,16 @@ void register_attention() {
                 ->Unit(benchmark::kMillisecond)
                 ->UseManualTime();
         }
+        for (const attn_def* s : {&S5, &S5_rope, &S6}) {
+            benchmark::RegisterBenchmark((std::string("attention/") + s->name + "-bf16" + th).c_str(),
+                                         [s, t](benchmark::State& st) { attention_bench<posenc::bf16>(st, *s, t, rope_variant::on_the_fly); })
+                ->Unit(benchmark::kMillisecond)
+                ->UseManualTime();
+            benchmark::RegisterBenchmark((std::string("attention/") + s->name + "-fp16" + th).c_str(),
+                                         [s, t](benchmark::State& st) { attention_bench<posenc::fp16>(st, *s, t, rope_variant::on_the_fly); })
+                ->Unit(benchmark::kMillisecond)
+                ->UseManualTime();
+        }
         benchmark::RegisterBenchmark(("attention/S5-rope-table" + th).c_str(),
                                      [t](benchmark::State& st) { attention_bench(st, S5_rope, t, rope_variant::table); })
             ->Unit(benchmark::kMillisecond)
@@ -870,6 +936,14 @@ void register_attention() {
             ->Unit(benchmark::kMillisecond)
             ->UseManualTime();
         benchmark::RegisterBenchmark(("kv_cache/append" + th).c_str(), [t](benchmark::State& st) { kv_cache_append(st, t); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
+        benchmark::RegisterBenchmark(("kv_cache/append-bf16" + th).c_str(),
+                                     [t](benchmark::State& st) { kv_cache_append<posenc::bf16>(st, t); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
+        benchmark::RegisterBenchmark(("kv_cache/append-fp16" + th).c_str(),
+                                     [t](benchmark::State& st) { kv_cache_append<posenc::fp16>(st, t); })
             ->Unit(benchmark::kMicrosecond)
             ->UseManualTime();
         benchmark::RegisterBenchmark(("attention/S6-head-major" + th).c_str(),
@@ -901,6 +975,7 @@ public:
             const auto bps = r.counters.find("bytes_per_second");
             const auto flops = r.counters.find("FLOP/s");
             const auto frac = r.counters.find("limit_fraction");
+            const auto fma = r.counters.find("fma_fraction");
             std::string name = r.run_name.str();  // without Google Benchmark's timing suffix
             for (const char* suffix : {"/manual_time", "/real_time"})
                 if (const auto at = name.find(suffix); at != std::string::npos) name.erase(at, std::string(suffix).size());
@@ -909,7 +984,8 @@ public:
             rows_.push_back({name, r.GetAdjustedRealTime(), benchmark::GetTimeUnitString(r.time_unit),
                              bps == r.counters.end() ? 0.0 : double(bps->second) / 1e9,
                              flops == r.counters.end() ? 0.0 : double(flops->second) / 1e9,
-                             frac == r.counters.end() ? -1.0 : double(frac->second)});
+                             frac == r.counters.end() ? -1.0 : double(frac->second),
+                             fma == r.counters.end() ? -1.0 : double(fma->second)});
         }
     }
     void Finalize() override {
@@ -918,18 +994,20 @@ public:
                              "the same Q and K, a copy, each the faster of prefetching and plain; Eigen GEMMs; a read pass)\n",
                      posenc::simd::active_arch_name(), posenc::simd::prefetch_16bit() ? "on" : "off",
                      posenc::simd::attention_kernels().arch);
-        std::fprintf(stderr, "%-38s %12s %10s %10s %15s\n", "benchmark", "time", "GB/s", "GFLOP/s", "limit_fraction");
+        std::fprintf(stderr, "%-38s %12s %10s %10s %15s %13s\n", "benchmark", "time", "GB/s", "GFLOP/s", "limit_fraction",
+                     "fma_fraction");
         for (const auto& row : rows_) {
-            char frac[32] = "", gb[32] = "", gf[32] = "";
+            char frac[32] = "", gb[32] = "", gf[32] = "", fma[32] = "";
             if (row.fraction >= 0) std::snprintf(frac, sizeof frac, "%.2f", row.fraction);
+            if (row.fma_fraction >= 0) std::snprintf(fma, sizeof fma, "%.2f", row.fma_fraction);
             if (row.gbps > 0) std::snprintf(gb, sizeof gb, "%.1f", row.gbps);
             if (row.gflops > 0) std::snprintf(gf, sizeof gf, "%.1f", row.gflops);
             if (row.time <= 0) {  // the benchmark reported an error (printed above) instead of a time
                 std::fprintf(stderr, "%-38s %12s\n", row.name.c_str(), "error");
                 continue;
             }
-            std::fprintf(stderr, "%-38s %9.2f %-2s %10s %10s %15s\n", row.name.c_str(), row.time, row.unit.c_str(), gb, gf,
-                         frac);
+            std::fprintf(stderr, "%-38s %9.2f %-2s %10s %10s %15s %13s\n", row.name.c_str(), row.time, row.unit.c_str(), gb,
+                         gf, frac, fma);
         }
     }
 
@@ -938,7 +1016,7 @@ private:
         std::string name;
         double time;
         std::string unit;
-        double gbps, gflops, fraction;
+        double gbps, gflops, fraction, fma_fraction;
     };
     std::vector<row> rows_;
 };

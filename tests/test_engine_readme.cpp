@@ -1,5 +1,7 @@
 // The snippets of the README's "Using posenc inside an engine" section, compiled and run here (the
 // ctest engine_readme_snippets checks that every ```cpp block of that section appears in this file).
+#include <posenc/attention/kv_cache.hpp>
+#include <posenc/attention/partial.hpp>
 #include <posenc/posenc.hpp>
 
 #include <cmath>
@@ -91,4 +93,58 @@ TEST_CASE("README snippets: using posenc inside an engine", "[readme][engine]") 
     double sq = 0;
     for (std::size_t i = 0; i < head_dim; ++i) sq += double(q[i]) * q[i];
     CHECK(std::abs(sq / head_dim - 1.0) < 1e-5);
+}
+
+TEST_CASE("README snippets: 16-bit KV caches, partial results and merge", "[readme][engine][attention]") {
+    const std::size_t tokens = 700, new_tokens = 2, q_heads = 8, kv_heads = 2, head_dim = 64, max_tokens = 4096;
+    std::vector<float> k(tokens * kv_heads * head_dim), v(k.size()), q(new_tokens * q_heads * head_dim);
+    for (std::size_t i = 0; i < k.size(); ++i) k[i] = std::sin(0.37f * static_cast<float>(i)), v[i] = std::cos(0.11f * static_cast<float>(i));
+    for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.53f * static_cast<float>(i));
+    std::vector<float> out(new_tokens * q_heads * head_dim);
+    const posenc::heads_view<const float> kv(k.data(), {tokens, kv_heads, head_dim}), vv(v.data(), {tokens, kv_heads, head_dim});
+    const posenc::heads_view<const float> qv(q.data(), {new_tokens, q_heads, head_dim});
+    const posenc::heads_view<float> outv(out.data(), {new_tokens, q_heads, head_dim});
+    const auto pos = posenc::position_ids::consecutive(0, tokens);
+    const auto q_pos = posenc::position_ids::consecutive(tokens, new_tokens);
+    posenc::rotary<posenc::half_split> rope({.head_dim = head_dim}, posenc::default_rope{.base = 1000000});
+    thread_pool pool;
+
+    // --- cache16 ---
+    posenc::kv_cache<posenc::rotary<posenc::half_split>, posenc::bf16> cache(
+        rope, {.kv_heads = kv_heads, .head_dim = head_dim, .capacity = max_tokens});
+    cache.append(kv, vv, pos);  // K rotated in float, then K and V rounded once to bf16
+    posenc::attention_options opt{.threads = 4};
+    opt.executor = [&pool](std::size_t n, const std::function<void(std::size_t)>& task) { pool.parallel_for(n, task); };
+    posenc::attention(posenc::attention_encoding{rope}, qv, cache, outv, q_pos, posenc::causal_mask{}, opt);
+    // --- end ---
+    // The same bits as the float path on the cache's 16-bit values.
+    std::vector<float> kf(cache.key_storage().size()), vf(kf.size()), ref(out.size());
+    for (std::size_t i = 0; i < kf.size(); ++i)
+        kf[i] = static_cast<float>(cache.key_storage()[i]), vf[i] = static_cast<float>(cache.value_storage()[i]);
+    const posenc::heads_strides head_major{head_dim, max_tokens * head_dim};
+    posenc::attention(posenc::attention_encoding{rope}, qv, posenc::heads_view<const float>(kf.data(), {tokens, kv_heads, head_dim}, head_major),
+                      posenc::heads_view<const float>(vf.data(), {tokens, kv_heads, head_dim}, head_major),
+                      posenc::heads_view<float>(ref.data(), {new_tokens, q_heads, head_dim}), q_pos, pos,
+                      posenc::causal_mask{}, {.keys_transformed = true});
+    CHECK(std::memcmp(out.data(), ref.data(), out.size() * sizeof(float)) == 0);
+
+    // --- partials ---
+    // Two shards of the cache's keys (two threads, two machines): each attends to its own...
+    const std::size_t half = tokens / 2, rows = new_tokens * q_heads;
+    std::vector<float> out_a(out.size()), out_b(out.size()), lse_a(rows), lse_b(rows);
+    const posenc::heads_view<float> a(out_a.data(), {new_tokens, q_heads, head_dim}), b(out_b.data(), {new_tokens, q_heads, head_dim});
+    const posenc::attention_encoding enc{rope};
+    posenc::attention_partial(enc, qv, kv.tokens_slice(0, half), vv.tokens_slice(0, half), a, lse_a, q_pos,
+                              posenc::position_ids::consecutive(0, half), posenc::causal_mask{});
+    posenc::attention_partial(enc, qv, kv.tokens_slice(half, tokens - half), vv.tokens_slice(half, tokens - half), b, lse_b,
+                              q_pos, posenc::position_ids::consecutive(half, tokens - half), posenc::causal_mask{});
+    // ...and the parts merge exactly, each weighed by its log-sum-exp (lse):
+    posenc::merge_attention_partials({{a, lse_a}, {b, lse_b}}, outv);
+    // --- end ---
+    std::vector<float> one(out.size());
+    posenc::attention(enc, qv, kv, vv, posenc::heads_view<float>(one.data(), {new_tokens, q_heads, head_dim}), q_pos, pos,
+                      posenc::causal_mask{});
+    float worst = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::abs(out[i] - one[i]));
+    CHECK(worst <= 2e-6f);  // to float rounding (|v| ≤ 1)
 }

@@ -8,6 +8,7 @@
 // dispatchers) race as they would in a server that starts many workers at once.
 #include <posenc/attention/attention.hpp>
 #include <posenc/attention/kv_cache.hpp>
+#include <posenc/attention/partial.hpp>
 #include <posenc/posenc.hpp>
 
 #include <cstring>
@@ -222,7 +223,8 @@ constexpr std::size_t AT = 96, AHQ = 8, AHK = 2, AD = 64;
 
 /// Everything a worker computes with attention over the shared const Q/K/V (its own outputs):
 /// RoPE + causal (1 and 2 threads inside the call), ALiBi + sliding window with softcap and sinks,
-/// T5 + chunked with packed sequence ids, and a table_transform; the worker's seed picks positions.
+/// T5 + chunked with packed sequence ids, a table_transform, bf16 K/V, two partial results merged, and
+/// a decode split across threads by key segments; the worker's seed picks positions.
 std::vector<float> attention_work(const posenc::rotary<posenc::half_split>& rope, const posenc::cos_sin_table& table,
                                   const posenc::alibi_bias& alibi, const posenc::t5_bias& t5,
                                   const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
@@ -251,6 +253,34 @@ std::vector<float> attention_work(const posenc::rotary<posenc::half_split>& rope
         posenc::attention(posenc::attention_encoding{posenc::table_transform{rope, table}}, Q, K, V, O, pos, pos,
                           posenc::causal_mask{});
     });
+    run([&](posenc::heads_view<float> O) {  // bf16 K and V, 2 threads
+        std::vector<posenc::bf16> kb(k.size()), vb(v.size());
+        for (std::size_t i = 0; i < k.size(); ++i) kb[i] = posenc::bf16(k[i]), vb[i] = posenc::bf16(v[i]);
+        posenc::attention(posenc::attention_encoding{rope}, Q, posenc::heads_view<const posenc::bf16>(kb.data(), {AT, AHK, AD}),
+                          posenc::heads_view<const posenc::bf16>(vb.data(), {AT, AHK, AD}), O, pos, pos, posenc::causal_mask{},
+                          {.threads = 2});
+    });
+    run([&](posenc::heads_view<float> O) {  // two partial results, merged
+        std::vector<float> a(AT * AHQ * AD), b(a.size()), la(AT * AHQ), lb(la.size());
+        const posenc::heads_view<float> A(a.data(), {AT, AHQ, AD}), B(b.data(), {AT, AHQ, AD});
+        const std::size_t h = AT / 3;
+        posenc::attention_partial(posenc::attention_encoding{rope}, Q, K.tokens_slice(0, h), V.tokens_slice(0, h), A, la, pos,
+                                  posenc::position_ids::consecutive(10 * seed, h), posenc::causal_mask{}, {.threads = 2});
+        posenc::attention_partial(posenc::attention_encoding{rope}, Q, K.tokens_slice(h, AT - h), V.tokens_slice(h, AT - h), B,
+                                  lb, pos, posenc::position_ids::consecutive(10 * seed + h, AT - h), posenc::causal_mask{});
+        posenc::merge_attention_partials({{A, la}, {B, lb}}, O, {}, sinks);
+    });
+    {  // decode over 2100 keys of one kv head, split across 2 threads by key segments
+        static const auto long_k = random_floats(2100 * AD, 15), long_v = random_floats(2100 * AD, 16);
+        const auto dq = random_floats(32 * AD, 17 + seed);
+        std::vector<float> out(32 * AD);
+        posenc::attention(posenc::attention_encoding{rope}, posenc::heads_view<const float>(dq.data(), {1, 32, AD}),
+                          posenc::heads_view<const float>(long_k.data(), {2100, 1, AD}),
+                          posenc::heads_view<const float>(long_v.data(), {2100, 1, AD}),
+                          posenc::heads_view<float>(out.data(), {1, 32, AD}), posenc::position_ids::constant(2100, 1),
+                          posenc::position_ids::consecutive(0, 2100), posenc::causal_mask{}, {.threads = 2});
+        result.insert(result.end(), out.begin(), out.end());
+    }
     return result;
 }
 

@@ -11,6 +11,7 @@
 //   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_attention.cpp
 #include <posenc/attention/attention.hpp>
 #include <posenc/attention/kv_cache.hpp>
+#include <posenc/attention/partial.hpp>
 #include <posenc/attention/shaw.hpp>
 #include <posenc/posenc.hpp>
 
@@ -367,20 +368,54 @@ void fuzz_attention(FuzzedDataProvider& in) {
         return;  // the views' own checks
     }
     const std::vector<float> q0 = q.buf->mem, k0 = k.buf->mem, v0 = v.buf->mem;
+    // K and V in float, bf16 or fp16 (the same elements, rounded), or a partial result (out and lse).
+    const int kv_type = in.ConsumeIntegralInRange(0, 3);
+    std::vector<posenc::bf16> kb, vb;
+    std::vector<posenc::fp16> kh, vh;
+    for (float x : k.buf->mem) kb.push_back(posenc::bf16(x)), kh.push_back(posenc::fp16(x));
+    for (float x : v.buf->mem) vb.push_back(posenc::bf16(x)), vh.push_back(posenc::fp16(x));
+    const posenc::heads_view<posenc::bf16> kbv(kb.data(), {kv->tokens(), kv->heads(), kv->head_dim()}, {kv->token_stride(), kv->head_stride()});
+    const posenc::heads_view<posenc::bf16> vbv(vb.data(), {vv->tokens(), vv->heads(), vv->head_dim()}, {vv->token_stride(), vv->head_stride()});
+    const posenc::heads_view<posenc::fp16> khv(kh.data(), {kv->tokens(), kv->heads(), kv->head_dim()}, {kv->token_stride(), kv->head_stride()});
+    const posenc::heads_view<posenc::fp16> vhv(vh.data(), {vv->tokens(), vv->heads(), vv->head_dim()}, {vv->token_stride(), vv->head_stride()});
+    std::vector<float> lse(in.ConsumeBool() ? ov->tokens() * ov->heads() : in.ConsumeIntegralInRange<std::size_t>(0, 40), 3.0f);
     with_bias(in, hq, d, dv, [&](const auto& bias) {
         const bool ok = sane.ok;
+        auto call = [&](const auto& enc) {
+            if (kv_type == 1)
+                posenc::attention(enc, *qv, kbv, vbv, *ov, qpos.ids, kpos.ids, mask, opts.opt);
+            else if (kv_type == 2)
+                posenc::attention(enc, *qv, khv, vhv, *ov, qpos.ids, kpos.ids, mask, opts.opt);
+            else if (kv_type == 3)
+                posenc::attention_partial(enc, *qv, *kv, *vv, *ov, lse, qpos.ids, kpos.ids, mask, opts.opt);
+            else
+                posenc::attention(enc, *qv, *kv, *vv, *ov, qpos.ids, kpos.ids, mask, opts.opt);
+        };
+        const std::vector<float> lse0 = lse;
         checked_call(out, ok, [&] {
-            if (transform == 0 || !rope.rope) {
-                posenc::attention(posenc::attention_encoding{posenc::nope{}, bias, scale}, *qv, *kv, *vv, *ov, qpos.ids,
-                                  kpos.ids, mask, opts.opt);
-            } else if (transform == 1) {
-                posenc::attention(posenc::attention_encoding{*rope.rope, bias, scale}, *qv, *kv, *vv, *ov, qpos.ids,
-                                  kpos.ids, mask, opts.opt);
-            } else {
-                posenc::attention(posenc::attention_encoding{posenc::table_transform{*rope.rope, *rope.table}, bias, scale},
-                                  *qv, *kv, *vv, *ov, qpos.ids, kpos.ids, mask, opts.opt);
+            try {
+                if (transform == 0 || !rope.rope)
+                    call(posenc::attention_encoding{posenc::nope{}, bias, scale});
+                else if (transform == 1)
+                    call(posenc::attention_encoding{*rope.rope, bias, scale});
+                else
+                    call(posenc::attention_encoding{posenc::table_transform{*rope.rope, *rope.table}, bias, scale});
+            } catch (const posenc::error&) {
+                require(lse == lse0);  // a rejected partial call writes no lse either
+                throw;
             }
         });
+        if (kv_type == 3 && in.ConsumeBool()) {  // merge the part with itself: out again, to rounding
+            const std::vector<float> before = out.buf->mem;
+            try {
+                const std::vector<float> part = out.buf->mem, part_lse = lse;
+                const posenc::heads_view<const float> pv(part.data(), {ov->tokens(), ov->heads(), ov->head_dim()},
+                                                         {ov->token_stride(), ov->head_stride()});
+                posenc::merge_attention_partials({{pv, part_lse}, {pv, part_lse}}, *ov, lse, opts.opt.sinks);
+            } catch (const posenc::error&) {
+                require(std::memcmp(out.buf->mem.data(), before.data(), before.size() * sizeof(float)) == 0);
+            }
+        }
     });
     require(std::memcmp(q.buf->mem.data(), q0.data(), q0.size() * sizeof(float)) == 0);  // inputs are read only
     require(std::memcmp(k.buf->mem.data(), k0.data(), k0.size() * sizeof(float)) == 0);
@@ -390,22 +425,24 @@ void fuzz_attention(FuzzedDataProvider& in) {
 /// The cache's whole state, to compare before and after a rejected call.
 template <class Cache>
 struct cache_state {
-    std::vector<float> k, v;
+    using S = typename Cache::storage_type;
+    std::vector<S> k, v;
     std::vector<std::int64_t> pos;
     std::size_t size;
     explicit cache_state(const Cache& c)
         : k(c.key_storage().begin(), c.key_storage().end()), v(c.value_storage().begin(), c.value_storage().end()),
           pos(c.position_storage().begin(), c.position_storage().end()), size(c.size()) {}
     bool same(const Cache& c) const {
-        return size == c.size() && std::memcmp(k.data(), c.key_storage().data(), k.size() * sizeof(float)) == 0 &&
-               std::memcmp(v.data(), c.value_storage().data(), v.size() * sizeof(float)) == 0 &&
+        return size == c.size() && std::memcmp(k.data(), c.key_storage().data(), k.size() * sizeof(S)) == 0 &&
+               std::memcmp(v.data(), c.value_storage().data(), v.size() * sizeof(S)) == 0 &&
                std::equal(pos.begin(), pos.end(), c.position_storage().begin());
     }
 };
 
-template <class Transform>
+template <class Transform, class Storage = float>
 void fuzz_cache_ops(FuzzedDataProvider& in, const Transform& transform, posenc::kv_cache_shape shape, bool finite_inputs) {
-    std::optional<posenc::kv_cache<Transform>> cache;
+    using cache_type = posenc::kv_cache<Transform, Storage>;
+    std::optional<cache_type> cache;
     try {
         cache.emplace(transform, shape);
     } catch (const posenc::error&) {
@@ -414,7 +451,7 @@ void fuzz_cache_ops(FuzzedDataProvider& in, const Transform& transform, posenc::
     bool sane_cache = finite_inputs;  // everything appended so far finite and in range
     const std::size_t ops = in.ConsumeIntegralInRange<std::size_t>(1, 12);
     for (std::size_t op = 0; op < ops && in.remaining_bytes() > 0; ++op) {
-        const cache_state<posenc::kv_cache<Transform>> before(*cache);
+        const cache_state<cache_type> before(*cache);
         try {
             switch (in.ConsumeIntegralInRange(0, 5)) {
                 case 0:
@@ -470,7 +507,7 @@ void fuzz_cache_ops(FuzzedDataProvider& in, const Transform& transform, posenc::
             const auto keys = cache->keys();
             for (std::size_t h = 0; h < keys.heads(); ++h)
                 for (std::size_t t = 0; t < keys.tokens(); ++t)
-                    for (std::size_t i = 0; i < keys.head_dim(); ++i) require(std::isfinite(keys.row(t, h)[i]));
+                    for (std::size_t i = 0; i < keys.head_dim(); ++i) require(std::isfinite(static_cast<float>(keys.row(t, h)[i])));
         }
     }
 }
@@ -480,13 +517,19 @@ void fuzz_kv_cache(FuzzedDataProvider& in) {
                                  .head_dim = in.ConsumeIntegralInRange<std::size_t>(0, 24),
                                  .value_dim = in.ConsumeIntegralInRange<std::size_t>(0, 12),
                                  .capacity = in.ConsumeIntegralInRange<std::size_t>(0, 40)};
+    const int storage = in.ConsumeIntegralInRange(0, 2);  // float, bf16, fp16
     if (in.ConsumeBool()) {
-        fuzz_cache_ops(in, posenc::nope{}, shape, true);
+        if (storage == 0) fuzz_cache_ops(in, posenc::nope{}, shape, true);
+        if (storage == 1) fuzz_cache_ops<posenc::nope, posenc::bf16>(in, posenc::nope{}, shape, true);
+        if (storage == 2) fuzz_cache_ops<posenc::nope, posenc::fp16>(in, posenc::nope{}, shape, true);
         return;
     }
     const std::size_t rope_dim = in.ConsumeBool() ? shape.head_dim : in.ConsumeIntegralInRange<std::size_t>(1, 24);
     fuzz_rope rope(in, rope_dim);
-    if (rope.rope) fuzz_cache_ops(in, *rope.rope, shape, true);
+    if (!rope.rope) return;
+    if (storage == 0) fuzz_cache_ops(in, *rope.rope, shape, true);
+    if (storage == 1) fuzz_cache_ops<posenc::any_rotary, posenc::bf16>(in, *rope.rope, shape, true);
+    if (storage == 2) fuzz_cache_ops<posenc::any_rotary, posenc::fp16>(in, *rope.rope, shape, true);
 }
 
 }  // namespace

@@ -124,7 +124,6 @@ void check_shapes(const heads_view<const float>& q, const heads_view<const KV>& 
             throw config_error("q.head_dim", to_text(q.head_dim()), "must equal k.head_dim = " + to_text(k.head_dim()));
         throw config_error("k.head_dim", to_text(k.head_dim()), "must equal q.head_dim = " + to_text(q.head_dim()));
     }
-    require(out.head_dim() == v.head_dim(), "out.head_dim", out.head_dim(), "must equal v.head_dim = " + to_text(v.head_dim()));
     auto divides = [](std::size_t kv, std::size_t hq) { return kv > 0 && hq % kv == 0; };
     if (q.heads() != out.heads()) {
         if (divides(k.heads(), out.heads()) && !divides(k.heads(), q.heads()))
@@ -139,6 +138,7 @@ void check_shapes(const heads_view<const float>& q, const heads_view<const KV>& 
     }
     require(divides(k.heads(), q.heads()), "q.heads", q.heads(),
             "must be a multiple of k.heads = v.heads = " + to_text(k.heads()));
+    require(out.head_dim() == v.head_dim(), "out.head_dim", out.head_dim(), "must equal v.head_dim = " + to_text(v.head_dim()));
 }
 
 template <class T>

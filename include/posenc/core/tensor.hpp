@@ -85,6 +85,16 @@ public:
     [[nodiscard]] std::size_t token_stride() const noexcept { return token_stride_; }
     [[nodiscard]] std::size_t head_stride() const noexcept { return head_stride_; }
 
+    /// Tokens [first, first + count) of this view, same heads and strides (a shard of a cache, a chunk
+    /// of a prompt); a range past tokens() throws.
+    [[nodiscard]] heads_view tokens_slice(std::size_t first, std::size_t count) const {
+        if (first > shape_.tokens || count > shape_.tokens - first)
+            throw range_error("posenc: tokens_slice(" + detail::to_text(first) + ", " + detail::to_text(count) +
+                              ") of a view of " + detail::to_text(shape_.tokens) + " tokens");
+        if (count == 0) return heads_view(data_, {0, shape_.heads, shape_.head_dim}, {token_stride_, head_stride_});
+        return heads_view(data_ + first * token_stride_, {count, shape_.heads, shape_.head_dim}, {token_stride_, head_stride_});
+    }
+
     /// Pointer to head `h` of token `t` (head_dim contiguous elements).
     [[nodiscard]] T* row(std::size_t t, std::size_t h) const noexcept {
         assert(t < shape_.tokens && h < shape_.heads);
