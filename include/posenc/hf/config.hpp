@@ -18,7 +18,8 @@
 //
 // Strictness: an unknown rope_type, an unknown key inside the rope dict, a missing required key or a
 // value of the wrong type throws config_error naming the key (e.g. "rope_scaling.factor") — nothing
-// is silently ignored.
+// is silently ignored. A per-layer key (layer_types, sliding_window, no_rope_layers, …; see
+// detail::per_layer_keys) that the family's rule does not read throws too.
 //
 // Where we differ from HF on purpose:
 // - yarn: `factor` is authoritative; it is derived as max_position_embeddings / original only when
