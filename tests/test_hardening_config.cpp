@@ -182,7 +182,7 @@ TEST_CASE("hardening: factors that overflow a division are rejected by key (line
     expect_config_error([&] { (void)l.frequencies(128, 1 << 20); }, "long_factor", "1e-300");
     // YaRN's amplitude: mscale/mscale_all_dim that divide by zero or give an absurd amplitude.
     expect_config_error([] { (void)posenc::hf::parse_config(with(llama, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"mscale", 1.0}, {"mscale_all_dim", 1e300}}}})); },
-                        "rope_scaling.mscale");
+                        "rope_scaling.mscale_all_dim", "1e+300");  // its denominator alone overflows the range
     expect_config_error([] { (void)posenc::hf::parse_config(with(llama, {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", 1e30}}}})); },
                         "rope_scaling.attention_factor");
 }

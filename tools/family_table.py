@@ -27,7 +27,7 @@ for e in entries:
     if f.get('local_base_freq')=='true': keys.append('`rope_local_base_freq`, `sliding_window_pattern`, `query_pre_attn_scalar`')
     if 'alibi_key' in f: keys.append('`%s` (true: ALiBi)'%f['alibi_key'].strip('"'))
     lr=f.get('layers','layer_rule::full').split('::')[1]
-    keys.append({'full':'','sliding_if_window':'`sliding_window`','gemma3_pattern':'','llama4_irope':'`no_rope_layers`, `no_rope_layer_interval`, `attention_chunk_size`, `attn_temperature_tuning`','alternating':'`sliding_window` (layers alternate)','qwen2_window':'`use_sliding_window`, `max_window_layers`, `sliding_window`'}[lr])
+    keys.append({'full':'','sliding_if_window':'`sliding_window`','gemma3_pattern':'','llama4_irope':'`no_rope_layers`, `no_rope_layer_interval`, `attention_chunk_size`, `attn_temperature_tuning`','alternating':'`sliding_window` (layers alternate)','qwen2_window':'`use_sliding_window`, `max_window_layers`, `sliding_window`','smollm3_nope':'`no_rope_layers`, `no_rope_layer_interval` (NoPE layers), `use_sliding_window`, `sliding_window`, `max_window_layers` (ignored, noted)','cohere2_pattern':'`sliding_window_pattern`, `sliding_window` (full layers NoPE)'}[lr])
     if f.get('sinks')=='true': keys.append('learned sinks')
     if f.get('query_pre_attn_scalar')=='true' and f.get('local_base_freq')!='true': keys.append('`query_pre_attn_scalar`')
     keys=[k for k in keys if k]

@@ -18,7 +18,8 @@
 //
 // Strictness: an unknown rope_type, an unknown key inside the rope dict, a missing required key or a
 // value of the wrong type throws config_error naming the key (e.g. "rope_scaling.factor") — nothing
-// is silently ignored.
+// is silently ignored. A per-layer key (layer_types, sliding_window, no_rope_layers, …; see
+// detail::per_layer_keys) that the family's rule does not read throws too.
 //
 // Where we differ from HF on purpose:
 // - yarn: `factor` is authoritative; it is derived as max_position_embeddings / original only when
@@ -33,6 +34,7 @@
 #include <filesystem>
 #include <optional>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <string>
@@ -357,7 +359,52 @@ enum class layer_rule : std::uint8_t {
     llama4_irope,       ///< no_rope_layers / no_rope_layer_interval; RoPE layers chunked
     alternating,        ///< gpt-oss, Gemma-2: layer 0 sliding, then alternating
     qwen2_window,       ///< layers >= max_window_layers sliding, only when use_sliding_window is true
+    smollm3_nope,       ///< no_rope_layers / no_rope_layer_interval pick NoPE layers; those slide if use_sliding_window
+    cohere2_pattern,    ///< every sliding_window_pattern-th layer (default 4) full and NoPE, the others sliding with RoPE
 };
+
+/// The keys by which an HF config class says, per layer, which layers rotate, slide, chunk or use
+/// another theta. A family reads only those of its rule (layer_keys_read); a config that sets
+/// another is rejected, since posenc would otherwise silently apply a default to those layers.
+inline constexpr std::string_view per_layer_keys[] = {
+    "layer_types", "sliding_window", "use_sliding_window", "max_window_layers", "sliding_window_pattern",
+    "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size", "rope_local_base_freq",
+    "full_attention_interval", "global_attn_every_n_layers",
+};
+
+/// Which per_layer_keys a rule reads, as HF's config class and modeling file of its families do
+/// (a family's entry names the class checked; `known` false: a model_type without an entry).
+///   full              nothing: Llama, Gemma, Phi, GPT-NeoX, OLMo, Granite, GLM, DeepSeek, Qwen3-VL, …
+///   sliding_if_window sliding_window (Mistral, Mixtral, Phi-3, PhiMoE: getattr(config, "sliding_window"))
+///   gemma3_pattern    layer_types, sliding_window, sliding_window_pattern, rope_local_base_freq
+///   llama4_irope      layer_types, no_rope_layers, no_rope_layer_interval, attention_chunk_size
+///   alternating       layer_types, sliding_window (Gemma2Config, GptOssConfig)
+///   qwen2_window      layer_types, sliding_window, use_sliding_window, max_window_layers
+///   smollm3_nope      layer_types, sliding_window, use_sliding_window, no_rope_layers,
+///                     no_rope_layer_interval, max_window_layers (stored, unused by HF: noted)
+///   cohere2_pattern   layer_types, sliding_window, sliding_window_pattern
+///   no entry          layer_types, sliding_window, attention_chunk_size (the generic reading)
+inline bool reads_layer_key(layer_rule rule, bool known, std::string_view key) {
+    auto in = [&](std::initializer_list<std::string_view> keys) {
+        return std::find(keys.begin(), keys.end(), key) != keys.end();
+    };
+    if (!known) return in({"layer_types", "sliding_window", "attention_chunk_size"});
+    switch (rule) {
+        case layer_rule::full: return false;
+        case layer_rule::sliding_if_window: return key == "sliding_window";
+        case layer_rule::gemma3_pattern:
+            return in({"layer_types", "sliding_window", "sliding_window_pattern", "rope_local_base_freq"});
+        case layer_rule::llama4_irope:
+            return in({"layer_types", "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size"});
+        case layer_rule::alternating: return in({"layer_types", "sliding_window"});
+        case layer_rule::qwen2_window: return in({"layer_types", "sliding_window", "use_sliding_window", "max_window_layers"});
+        case layer_rule::smollm3_nope:
+            return in({"layer_types", "sliding_window", "use_sliding_window", "no_rope_layers", "no_rope_layer_interval",
+                       "max_window_layers"});
+        case layer_rule::cohere2_pattern: return in({"layer_types", "sliding_window", "sliding_window_pattern"});
+    }
+    return false;
+}
 
 /// How head_dim follows from hidden_size and the head count when head_dim is absent.
 enum class head_rule : std::uint8_t {
@@ -440,12 +487,13 @@ inline constexpr family families[] = {
     {.model_type = "qwen3_moe", .max_position_embeddings = 32768, .layers = layer_rule::qwen2_window, .kv_heads = 4,
      .sliding_window = 4096, .max_window_layers = 28, .checked = true},
     {.model_type = "phi"},
-    // Phi3Config (v5): max_position_embeddings 4096, original_max_position_embeddings 4096.
+    // Phi3Config (v5): max_position_embeddings 4096, original_max_position_embeddings 4096;
+    // sliding_window (default None) applies to every layer (modeling_phi3: getattr(config, "sliding_window")).
     {.model_type = "phi3", .max_position_embeddings = 4096, .original_max_position_embeddings = 4096,
-     .legacy_longrope_names = true, .checked = true},
-    // PhimoeConfig: rope_theta 1e6, max_position_embeddings 4096 * 32.
+     .legacy_longrope_names = true, .layers = layer_rule::sliding_if_window, .checked = true},
+    // PhimoeConfig: rope_theta 1e6, max_position_embeddings 4096 * 32; sliding_window (None) as Phi-3.
     {.model_type = "phimoe", .rope_theta = 1'000'000.0, .max_position_embeddings = 4096 * 32,
-     .legacy_longrope_names = true, .checked = true},
+     .legacy_longrope_names = true, .layers = layer_rule::sliding_if_window, .checked = true},
     // GemmaConfig (v5): head_dim 256, max_position_embeddings 8192.
     {.model_type = "gemma", .max_position_embeddings = 8192, .head_dim = 256, .checked = true},
     // Gemma2Config (v5): head_dim 256, 8 heads / 4 kv heads, layers alternate sliding (4096) / full,
@@ -469,7 +517,10 @@ inline constexpr family families[] = {
     {.model_type = "granitemoe"},
     {.model_type = "gpt_oss", .layers = layer_rule::alternating, .sinks = true},
     {.model_type = "nemotron"},
-    {.model_type = "smollm3"},
+    // SmolLM3Config (v5): default_theta 2e6, max_position_embeddings 32768, 4 kv heads; no_rope_layers
+    // (1 = RoPE) else a NoPE layer every no_rope_layer_interval (4); use_sliding_window false.
+    {.model_type = "smollm3", .rope_theta = 2'000'000.0, .max_position_embeddings = 32768,
+     .layers = layer_rule::smollm3_nope, .kv_heads = 4, .checked = true},
     // Qwen2-VL / Qwen2.5-VL (v5 Qwen2VLTextConfig, Qwen2_5_VLTextConfig): rope_theta 1e6,
     // max_position_embeddings 32768, max_window_layers 80; the outer model_type for legacy flat files.
     {.model_type = "qwen2_vl", .rope_theta = 1'000'000.0, .max_position_embeddings = 32768, .mrope = true,
@@ -502,7 +553,10 @@ inline constexpr family families[] = {
     {.model_type = "llama4_text", .layout = pairing::interleaved, .rope_theta = 500'000.0,
      .layers = layer_rule::llama4_irope, .kv_heads = 8, .checked = true},
     {.model_type = "cohere", .layout = pairing::interleaved},
-    {.model_type = "cohere2", .layout = pairing::interleaved},
+    // Cohere2Config: sliding_window 4096; layer_types else every sliding_window_pattern-th (4) layer
+    // full. Cohere2Attention rotates only where the layer's window is set: full layers are NoPE.
+    {.model_type = "cohere2", .layout = pairing::interleaved, .layers = layer_rule::cohere2_pattern,
+     .sliding_window = 4096},
     {.model_type = "glm", .layout = pairing::interleaved},
     {.model_type = "glm4", .layout = pairing::interleaved},
     // DeepSeek: interleaved pairs unless rope_interleave is false; the rotary head is qk_rope_head_dim (64).
@@ -772,6 +826,15 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
     } catch (const config_error& e) {
         const std::string& k = e.key();
         if (k == "base" && !r.has("rope_theta")) throw config_error(ctx.rope_theta_key, e.value(), e.why());
+        // YaRN's amplitude mscale(s, mscale) / mscale(s, mscale_all_dim) fails under "mscale"; when the
+        // denominator alone is unusable, mscale_all_dim is the key whose value is wrong.
+        if (const auto* y = std::get_if<yarn>(&spec.schedule); y && k == "mscale" && y->mscale_all_dim) {
+            const double den = posenc::detail::yarn_mscale(y->factor, *y->mscale_all_dim);
+            if (!(den >= 0x1p-64 && den <= 0x1p64))
+                throw config_error(r.name("mscale_all_dim"), to_text(*y->mscale_all_dim),
+                                   "gives the YaRN amplitude denominator " + to_text(den) +
+                                       " (0.1 * mscale_all_dim * ln factor + 1; must lie in [2^-64, 2^64])");
+        }
         if (k == "original_max_position") throw config_error(original_key, e.value(), e.why());
         if (k == "rotary_dim") throw config_error(rotary_key, e.value(), e.why());
         throw config_error(r.name(k == "base" ? "rope_theta" : k), e.value(), e.why());
@@ -804,11 +867,14 @@ inline vision_tokens read_vision_tokens(const reader& outer, const reader& text,
     return v;
 }
 
+/// A rope dict per layer type (v5 Gemma-3: {"full_attention": {…}, "sliding_attention": {…}}). One
+/// object value makes it so (a single rope dict holds no objects); read_rope then names any entry
+/// that is not an object, rather than the single-dict reader calling the well-formed entries unknown.
 inline bool is_per_layer_type(const json& dict) {
-    if (!dict.is_object() || dict.empty()) return false;
+    if (!dict.is_object()) return false;
     for (const auto& [k, v] : dict.items())
-        if (!v.is_object()) return false;
-    return true;
+        if (v.is_object()) return true;
+    return false;
 }
 
 }  // namespace detail
@@ -827,6 +893,17 @@ inline bool is_per_layer_type(const json& dict) {
     model_config out;
     out.model_type = top.string("model_type", outer.string("model_type", ""));
     const detail::family fam = detail::family_of(out.model_type, top, layout);
+    // A per-layer key the family's rule does not read would leave its layers on a silent default.
+    const bool known_family = detail::find_family(out.model_type) != nullptr;
+    for (const std::string_view k : detail::per_layer_keys)
+        if (top.has(k) && !detail::reads_layer_key(fam.layers, known_family, k))
+            throw config_error(top.name(k), detail::describe(top.at(k)),
+                               "is a per-layer key posenc does not read for model_type " +
+                                   detail::echo_string(out.model_type) +
+                                   " (its rule there is not implemented; nothing is ignored)");
+    if (fam.layers == detail::layer_rule::smollm3_nope && top.has("max_window_layers"))
+        out.notes.push_back(top.name("max_window_layers") +
+                            " ignored: HF's smollm3 derives its sliding layers from no_rope_layers");
 
     detail::rope_context ctx;
     ctx.fam = fam;
@@ -923,8 +1000,11 @@ inline bool is_per_layer_type(const json& dict) {
             if (!t.is_string()) throw config_error(top.name("layer_types"), detail::describe(t), "must be a list of strings");
             out.layer_types.push_back(t.get<std::string>());
         }
-    } else if (fam.layers == detail::layer_rule::gemma3_pattern && top.has("num_hidden_layers")) {
-        const std::int64_t pattern = top.integer("sliding_window_pattern", 1, limits::layers, 6);
+    } else if ((fam.layers == detail::layer_rule::gemma3_pattern || fam.layers == detail::layer_rule::cohere2_pattern) &&
+               top.has("num_hidden_layers")) {
+        // Gemma3TextConfig / Cohere2Config: layer i is full iff (i + 1) % sliding_window_pattern == 0.
+        const std::int64_t pattern = top.integer("sliding_window_pattern", 1, limits::layers,
+                                                 fam.layers == detail::layer_rule::gemma3_pattern ? 6 : 4);
         const std::int64_t layers = top.integer("num_hidden_layers", 1, limits::layers);
         for (std::int64_t i = 0; i < layers; ++i)
             out.layer_types.emplace_back((i + 1) % pattern ? "sliding_attention" : "full_attention");

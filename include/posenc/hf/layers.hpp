@@ -7,7 +7,8 @@
 //
 // Keys read, on top of parse_config's (config.hpp): num_attention_heads, num_key_value_heads (default:
 // num_attention_heads), head_dim (through parse_config), num_hidden_layers (GPT-J: n_head, n_layer), layer_types,
-// sliding_window, no_rope_layers / no_rope_layer_interval, attention_chunk_size,
+// sliding_window, use_sliding_window, max_window_layers, sliding_window_pattern, no_rope_layers /
+// no_rope_layer_interval, attention_chunk_size,
 // attn_temperature_tuning / floor_scale / attn_scale, attn_logit_softcapping, query_pre_attn_scalar.
 //
 // Per family (HF's config classes and modeling code):
@@ -29,7 +30,17 @@
 //   only when use_sliding_window is true (default false), as Qwen2Config derives layer_types. With
 //   layer_types given and use_sliding_window false, sliding_attention layers attend fully (HF drops
 //   the window in __post_init__).
-// - Any other RoPE model: layer_types when given, else every layer full attention.
+// - SmolLM3: layer i uses RoPE iff no_rope_layers[i] (1 = RoPE) or, without the list,
+//   (i + 1) % no_rope_layer_interval != 0 (default 4); layer_types, else NoPE layers slide when
+//   use_sliding_window (default false) and sliding_window are set; a sliding layer attends fully
+//   unless use_sliding_window. max_window_layers is stored by HF and unused (noted).
+// - Cohere2: layer_types, else every sliding_window_pattern-th layer (default 4) full; sliding
+//   layers use RoPE and sliding_window (default 4096), full layers are NoPE. sliding_window null:
+//   no layer rotates or slides.
+// - Phi-3 / PhiMoE: as Mistral, sliding_window (default None) on every layer.
+// - Any other family of the table reads none of these per-layer keys (config.hpp's
+//   per_layer_keys): one in its config is a config_error. A model_type without an entry (read with an
+//   explicit layout): layer_types, sliding_window and attention_chunk_size, else every layer full.
 // The per-family rules and defaults are entries of config.hpp's family table.
 // DeepSeek-V2/V3: the scale carries YaRN's softmax_scale_multiplier().
 
@@ -154,13 +165,17 @@ struct model_layers {
                                  (top.has("sliding_window") || (w == top.object().end() && fam.sliding_window));
 
     out.layers.reserve(static_cast<std::size_t>(n));
-    if (llama4) {
-        std::vector<bool> use_rope(static_cast<std::size_t>(n));
-        if (top.has("no_rope_layers") && !top.at("no_rope_layers").empty()) {
+    const bool smollm3 = fam.layers == layer_rule::smollm3_nope;
+    // Llama 4 and SmolLM3: no_rope_layers (1 = RoPE), else a NoPE layer every no_rope_layer_interval
+    // (default 4). Llama 4 takes an empty list as absent (`no_rope_layers if no_rope_layers else …`);
+    // SmolLM3 tests `is None`, so [] there is a list of the wrong length.
+    std::vector<bool> use_rope(static_cast<std::size_t>(n), true);
+    if (llama4 || smollm3) {
+        if (top.has("no_rope_layers") && (smollm3 || !top.at("no_rope_layers").empty())) {
             const auto list = top.numbers("no_rope_layers", static_cast<std::size_t>(limits::layers));
             if (list.size() != static_cast<std::size_t>(n))
                 throw config_error(top.name("no_rope_layers"), "of " + detail::to_text(list.size()) + " entries",
-                                   "must have num_hidden_layers = " + detail::to_text(n) + " entries");
+                                   "must have " + layers_key + " = " + detail::to_text(n) + " entries");
             for (std::size_t i = 0; i < list.size(); ++i) {
                 if (list[i] != 0.0 && list[i] != 1.0)
                     throw config_error(top.name("no_rope_layers"), detail::to_text(list[i]), "entries must be 0 (NoPE) or 1 (RoPE)");
@@ -170,6 +185,8 @@ struct model_layers {
             const std::int64_t interval = top.integer("no_rope_layer_interval", 1, limits::layers, 4);
             for (std::int64_t i = 0; i < n; ++i) use_rope[static_cast<std::size_t>(i)] = (i + 1) % interval != 0;
         }
+    }
+    if (llama4) {
         const std::int64_t chunk = top.integer("attention_chunk_size", 1, limits::positions, 8192);
         const bool tuning = top.boolean("attn_temperature_tuning", true);
         llama4_attn_temperature t{.floor_scale = top.number("floor_scale", 8192.0), .attn_scale = top.number("attn_scale", 0.1)};
@@ -179,22 +196,33 @@ struct model_layers {
             throw config_error(top.name(e.key()), e.value(), e.why());
         }
         for (std::int64_t i = 0; i < n; ++i) {
+            const auto at = static_cast<std::size_t>(i);
             layer_encoding l;
             l.scale = scale;
             l.softcap = softcap;
-            if (use_rope[static_cast<std::size_t>(i)]) {
-                l.layer_type = "chunked_attention";
-                l.rope = cfg.rope;
+            // Llama4TextConfig: layer_types (default: chunked_attention where no_rope_layers is 1)
+            // picks the mask; no_rope_layers alone picks the rotation.
+            l.layer_type = !cfg.layer_types.empty() ? cfg.layer_types[at]
+                           : use_rope[at]           ? "chunked_attention"
+                                                    : "full_attention";
+            if (l.layer_type == "chunked_attention") {
                 l.kind = attention_kind::chunked;
                 l.chunk = chunk;
-            } else {
-                l.layer_type = "full_attention";
-                if (tuning) l.temperature = t;
+            } else if (l.layer_type != "full_attention") {
+                throw config_error(top.name("layer_types"), detail::echo_string(l.layer_type),
+                                   "is not full_attention or chunked_attention (Llama 4)");
             }
+            if (use_rope[at])
+                l.rope = cfg.rope;
+            else if (tuning)
+                l.temperature = t;
             out.layers.push_back(std::move(l));
         }
         return out;
     }
+    // SmolLM3Config: layer_types, else sliding_attention where use_sliding_window, sliding_window set
+    // and the layer is NoPE; SmolLM3Attention slides only where use_sliding_window too.
+    const bool smollm3_sliding = smollm3 && top.boolean("use_sliding_window", false) && top.has("sliding_window");
 
     for (std::int64_t i = 0; i < n; ++i) {
         layer_encoding l;
@@ -203,6 +231,8 @@ struct model_layers {
         l.sinks = fam.sinks;
         if (!cfg.layer_types.empty())
             l.layer_type = cfg.layer_types[static_cast<std::size_t>(i)];
+        else if (smollm3)
+            l.layer_type = smollm3_sliding && !use_rope[static_cast<std::size_t>(i)] ? "sliding_attention" : "full_attention";
         else if (fam.layers == layer_rule::alternating)
             l.layer_type = (i + 1) % 2 ? "sliding_attention" : "full_attention";
         else if (mistral_sliding)
@@ -211,9 +241,13 @@ struct model_layers {
             l.layer_type = "sliding_attention";
         else
             l.layer_type = "full_attention";
-        if (l.layer_type == "sliding_attention" && fam.layers == layer_rule::qwen2_window && !qwen2_sliding) {
-            // Qwen2 with layer_types and no use_sliding_window: the layer keeps its type (and rope
-            // entry) but HF runs it with window None, full attention.
+        // Window None in HF: Qwen2 with layer_types and no use_sliding_window, SmolLM3 likewise (or
+        // without sliding_window), Cohere2 with sliding_window null. The layer keeps its type (and
+        // rope entry) but attends fully.
+        const bool window_none = (fam.layers == layer_rule::qwen2_window && !qwen2_sliding) ||
+                                 (smollm3 && !smollm3_sliding) ||
+                                 (fam.layers == layer_rule::cohere2_pattern && null_window);
+        if (l.layer_type == "sliding_attention" && window_none) {
         } else if (l.layer_type == "sliding_attention") {
             l.kind = attention_kind::sliding;
             l.window = window();
@@ -225,6 +259,10 @@ struct model_layers {
                                "is not full_attention, sliding_attention or chunked_attention");
         }
         l.rope = cfg.rope_by_layer_type.empty() ? cfg.rope : cfg.rope_for(l.layer_type);
+        // SmolLM3Attention rotates iff no_rope_layers[i]; Cohere2Attention iff the layer's window is set.
+        if ((smollm3 && !use_rope[static_cast<std::size_t>(i)]) ||
+            (fam.layers == layer_rule::cohere2_pattern && l.kind != attention_kind::sliding))
+            l.rope.reset();
         out.layers.push_back(std::move(l));
     }
     return out;
