@@ -5,7 +5,7 @@
 //                     posenc::causal_mask{}, {.threads = 2});
 //
 // Shapes: Q [Tq, Hq, D], K [Tk, Hkv, D], V [Tk, Hkv, Dv], out [Tq, Hq, Dv], heads_views with any
-// strides; Hq a multiple of Hkv (MHA, GQA, MQA): query head h reads kv head h / (Hq/Hkv). Positions
+// strides; K and V in float, bf16 or fp16 (both of one type), Q and out in float; Hq a multiple of Hkv (MHA, GQA, MQA): query head h reads kv head h / (Hq/Hkv). Positions
 // are explicit for queries and keys (a KV cache, left padding, packed sequences): decode is Tq new
 // queries at their positions against cached keys at theirs, with keys_transformed = true when the
 // cache holds already-rotated keys.
@@ -16,26 +16,30 @@
 // soft-capping, then the mask (attention/mask.hpp) and sequence ids, then the softmax, with the sink
 // logits in its denominator. A query row that sees no key gets zeros.
 //
-// How (FlashAttention-2's loop, on a CPU): work items are (kv head, tile of query tokens); an item
-// holds the G = Hq/Hkv query heads of its kv head together (rows = G·tokens, at most 64 or G), so K
-// and V are read once per group. For each tile of 64 keys the mask classifies the tile from its
-// position ranges (skipped when nothing is visible, no per-element test when everything is),
-// K's tile is transformed into scratch (unless the transform is the identity or keys_transformed),
-// the SIMD steps (attention/kernels.hpp) form S = QKᵀ, the policies scale/bias/mask S in place, and
-// an online softmax (running max and sum) folds exp(S − m)·V into the accumulator. Extra memory is
-// per thread and O(tile): Q tile, K tile, its transpose, S, the accumulator; nothing grows with T.
+// How (FlashAttention-2's loop, on a CPU; attention/tile_loop.hpp): work items are (kv head, tile of
+// query tokens); an item holds the G = Hq/Hkv query heads of its kv head together (rows = G·tokens, at
+// most 64 or G), so K and V are read once per group. For each tile of 64 keys the mask classifies the
+// tile from its position ranges (skipped when nothing is visible, no per-element test when everything
+// is), K's tile is widened (16-bit) and transformed into scratch (unless the transform is the identity
+// or keys_transformed), the SIMD steps (attention/kernels.hpp) form S = QKᵀ, the policies
+// scale/bias/mask S in place, and an online softmax (running max and sum) folds exp(S − m)·V into the
+// accumulator; key segments of 1024 are folded in order. Extra memory is per thread and O(tile): Q
+// tile, K tile, its transpose, S, two accumulators; nothing grows with T.
 //
 // K per key tile vs pre-rotated once: rotating K once would need a copy of all of K (O(T) memory);
 // per tile, K is re-rotated once per query tile (Tq/tokens-per-tile times), which on-the-fly
 // cos/sin makes the dominant overhead for long RoPE prefill; a cos/sin table (table_transform below)
 // turns it into a table lookup. Measured numbers: README, "Attention".
 //
-// Threads split the work items round-robin; each item is computed by the same code whatever the
+// Threads (options.threads, on options.executor when given) split the work items round-robin, or the
+// items' key segments when there are fewer items than threads (decode); a call of under ~2M
+// multiply-adds a thread uses fewer. Each item and segment is computed by the same code whatever the
 // thread count, so the output is bit-identical for any count.
 //
 // Every check runs before anything is written (out's bytes are unchanged after a throw): shapes, head
 // ratio, positions, out overlapping Q/K/V, mask parameters, sinks, sequence ids, the bias's heads and
-// widths, the scale and the transform at the extreme positions.
+// widths, the scale and the transform at the extreme positions. A transform, bias or scale that is not
+// posenc's (that may reject an interior position) is computed into scratch and copied out at the end.
 
 #include <algorithm>
 #include <cmath>

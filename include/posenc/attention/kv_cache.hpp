@@ -10,8 +10,14 @@
 //   posenc::attention(posenc::attention_encoding{rope}, q, cache, out, q_positions, posenc::causal_mask{});
 //   cache.context_shift(4, 2044);                  // keep 4 sink tokens and the last 2044, drop the middle
 //
+//   posenc::kv_cache<posenc::rotary<posenc::half_split>, posenc::bf16> cache16(rope, shape);  // or fp16
+//
+// Storage is float, bf16 or fp16: a 16-bit cache rotates K in float32 and rounds it once (nearest
+// even), rounds V once, and is read by attention's 16-bit path (half the bytes per decode step).
+//
 // The transform is the layer's key transform (rotary, any_rotary, or nope): the cache owns a copy, so
-// that append and context_shift always use the one the keys were rotated with. xPos is not cacheable
+// that append and context_shift always use the one the keys were rotated with, and attention over the
+// cache rejects a query transform that differs from it. xPos is not cacheable
 // here: its key decay does not compose with a rotation by a constant offset.
 //
 // append checks everything (capacity, shapes, positions strictly increasing past the cached ones, the
@@ -22,7 +28,8 @@
 // tokens down behind the sinks and re-rotates their keys by the position offset delta (rotary::shift, no
 // amplitude: the keys already carry it), so that the first kept recent token sits right after the last
 // sink (positions stay contiguous when they were). Keys rotated at p and then by delta equal keys
-// rotated at p + delta to float rounding (not bit-exactly: two roundings instead of one).
+// rotated at p + delta to float rounding (not bit-exactly: two roundings instead of one; in a 16-bit
+// cache, to 16-bit rounding).
 
 #include <algorithm>
 #include <concepts>
