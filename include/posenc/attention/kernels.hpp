@@ -17,12 +17,12 @@
 #include <cstring>
 #include <limits>
 
-#include <xsimd/xsimd.hpp>
-
 #include "posenc/attention/functors.hpp"
 #include "posenc/simd/arch_ops.hpp"
+#include "posenc/simd/xsimd_compat.hpp"  // xsimd
 #include "posenc/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
 
+POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
 
 template <class Arch>
@@ -300,5 +300,6 @@ void attn_pv_functor::operator()(Arch, const attn_pv_args& a) const noexcept {
 }
 
 }  // namespace posenc::simd
+POSENC_SIMD_DIAGNOSTICS_POP
 
 #undef POSENC_UNROLL
