@@ -33,12 +33,10 @@ function(posenc_add_simd_dispatch target)
 #include <posenc/attention/instantiate.hpp>
 ")
     target_sources(${target} PRIVATE "${src}")
-    # GCC 12 warns inside its own avx512fintrin.h (_mm512_undefined_* and _mm256_undefined_* seen as (maybe) uninitialized, GCC
-    # bug 105593); not posenc's code, and fatal under -Werror.
     # SKIP_UNITY_BUILD_INCLUSION: each unit keeps its own flags under CMAKE_UNITY_BUILD (CMake also
     # leaves out sources with COMPILE_OPTIONS of their own; this says so explicitly).
     set_source_files_properties("${src}" TARGET_DIRECTORY ${target} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON
-      COMPILE_OPTIONS "${flags_${name}};$<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>;$<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>")
+      COMPILE_OPTIONS "${flags_${name}}")
   endforeach()
   # PUBLIC: whatever links <target> (and includes posenc) must agree, or the inline dispatch code
   # would have two definitions.

@@ -5,15 +5,10 @@
 # -DDEPENDENCY_INCLUDES=<the dependencies' include dirs joined by |, passed as -isystem>
 # -DIMPLICIT_INCLUDES=<the compiler's own include dirs joined by |: left out, as CMake does>
 cmake_minimum_required(VERSION 3.20)  # IN_LIST (a -P script starts with no policies set)
+include("${CMAKE_CURRENT_LIST_DIR}/include_flags.cmake")
+posenc_include_flags(includes "${POSENC_INCLUDE}" "${DEPENDENCY_INCLUDES}" "${IMPLICIT_INCLUDES}")
 set(flags -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -fno-caret-diagnostics -fno-color-diagnostics
-          "-I${POSENC_INCLUDE}")
-string(REPLACE "|" ";" dirs "${DEPENDENCY_INCLUDES}")
-string(REPLACE "|" ";" implicit "${IMPLICIT_INCLUDES}")
-foreach(d IN LISTS dirs)
-  if(NOT d STREQUAL "" AND NOT d STREQUAL POSENC_INCLUDE AND NOT d IN_LIST implicit)
-    list(APPEND flags -isystem "${d}")
-  endif()
-endforeach()
+          ${includes})
 execute_process(COMMAND "${CXX}" ${flags} "${SOURCE}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 
 # The marked line numbers. The text is read whole and split by hand, '[', ']', ';' and '\' made

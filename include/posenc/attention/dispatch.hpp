@@ -4,10 +4,9 @@
 // architecture in the generated per-arch units (they include attention/instantiate.hpp) and the
 // widest one the CPU runs is picked at run time; otherwise they follow the including unit's target.
 
-#include <xsimd/xsimd.hpp>
-
 #include "posenc/attention/functors.hpp"
 #include "posenc/simd/dispatch.hpp"
+#include "posenc/simd/xsimd_compat.hpp"  // xsimd
 
 #ifndef POSENC_SIMD_RUNTIME_DISPATCH
 #include "posenc/attention/kernels.hpp"

@@ -18,12 +18,12 @@
 #include <limits>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
-
 #include "posenc/attention/functors.hpp"
 #include "posenc/simd/arch_ops.hpp"
+#include "posenc/simd/xsimd_compat.hpp"  // xsimd
 #include "posenc/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
 
+POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
 
 template <class Arch>
@@ -362,5 +362,6 @@ void attn_narrow_functor::operator()(Arch, const attn_narrow_args& a) const noex
 }
 
 }  // namespace posenc::simd
+POSENC_SIMD_DIAGNOSTICS_POP
 
 #undef POSENC_UNROLL

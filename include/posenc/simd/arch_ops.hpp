@@ -13,15 +13,15 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
+#include "posenc/simd/xsimd_compat.hpp"  // xsimd
 
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
 #include <immintrin.h>
 #endif
 
 #include "posenc/core/dtypes.hpp"
-#include "posenc/simd/xsimd_compat.hpp"
 
+POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
 
 template <class Arch>
@@ -389,3 +389,4 @@ struct arch_ops {
 };
 
 }  // namespace posenc::simd
+POSENC_SIMD_DIAGNOSTICS_POP

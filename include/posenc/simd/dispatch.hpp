@@ -14,8 +14,6 @@
 
 #include <cstddef>
 
-#include <xsimd/xsimd.hpp>
-
 #include "posenc/simd/cpu.hpp"
 #include "posenc/simd/functors.hpp"
 #include "posenc/simd/rotate_args.hpp"

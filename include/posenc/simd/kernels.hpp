@@ -23,8 +23,6 @@
 #include <cstring>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
-
 #include "posenc/core/dtypes.hpp"
 #include "posenc/detail/angles.hpp"
 #include "posenc/simd/arch_ops.hpp"
@@ -33,6 +31,7 @@
 #include "posenc/simd/xsimd_compat.hpp"
 #include "posenc/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
 
+POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
 
 namespace patterns {
@@ -811,5 +810,6 @@ void table_functor::operator()(Arch, const table_args& args) const noexcept {
 }
 
 }  // namespace posenc::simd
+POSENC_SIMD_DIAGNOSTICS_POP
 
 #undef POSENC_UNROLL

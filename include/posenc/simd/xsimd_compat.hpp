@@ -1,9 +1,30 @@
 #pragma once
-// The few xsimd spellings that changed between Debian's 8.1 and today's 13/14.
+// The one place posenc includes xsimd, and the few xsimd spellings that changed between Debian's 8.1
+// and today's 13/14.
+//
+// POSENC_SIMD_DIAGNOSTICS_PUSH/POP: g++ 12's AVX-512 intrinsic headers trip -Wmaybe-uninitialized and
+// -Wuninitialized wherever _mm512_undefined_* is inlined (GCC bug 105593; ~1,100 warnings in a user's
+// unit built with -march=native -Wall). g++ checks the pragmas at every location of the inlining
+// chain, so the kernel headers put their code between these two; the pair around the #include alone
+// would help only when posenc is the first to include <immintrin.h>. GCC with AVX-512 only: clang
+// does not warn, and the SSE/AVX2 code keeps the warning.
 
 #include <cstdint>
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)
+#define POSENC_SIMD_DIAGNOSTICS_PUSH                                     \
+    _Pragma("GCC diagnostic push")                                       \
+    _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")          \
+    _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
+#define POSENC_SIMD_DIAGNOSTICS_POP _Pragma("GCC diagnostic pop")
+#else
+#define POSENC_SIMD_DIAGNOSTICS_PUSH
+#define POSENC_SIMD_DIAGNOSTICS_POP
+#endif
+
+POSENC_SIMD_DIAGNOSTICS_PUSH
 #include <xsimd/xsimd.hpp>
+POSENC_SIMD_DIAGNOSTICS_POP
 
 namespace posenc::simd::compat {
 
