@@ -15,6 +15,10 @@
 //   attention/S6/threads:N      decode: 1 query at 8191 over a kv_cache of 8192 rotated keys (head-major), 32/8, dim 128
 //   attention/S6-token-major/... the same keys in a plain [token][kv head][dim] buffer
 //   attention/S6-head-major/... a plain buffer laid out [kv head][token][dim] (what kv_cache stores)
+//   attention/S6/executor:pool2, S6-bf16/...  S6 with threads = 2 on the caller's persistent pool
+//                               (options.executor); limit: the read pass on the same pool
+//   attention/S6-200/threads:N, executor:pool2   S6 against 200 cached tokens: below the work threshold,
+//                               so threads = 2 runs on the caller's thread
 //   attention/<S5|S5-rope|S6>-bf16, -fp16/threads:N   K and V in 16 bits: S5 and S5-rope (with a cos/sin
 //                               table) over converted copies, S6 over a kv_cache<rotary, bf16/fp16>
 //   kv_cache/append/threads:N   kv_cache::append of S1's K [2048,8,128] (rotated, RoPE base 10000) and a V
@@ -634,6 +638,8 @@ struct attn_def {
 constexpr attn_def S5{"S5", 1024, 1024, 8, 8, 64, false, true};
 constexpr attn_def S5_rope{"S5-rope", 2048, 2048, 32, 8, 128, true, false};
 constexpr attn_def S6{"S6", 1, 8192, 32, 8, 128, true, false};
+/// A short decode (200 cached tokens): with threads = 2 it stays on the caller's thread (too little work).
+constexpr attn_def S6_short{"S6-200", 1, 200, 32, 8, 128, true, false};
 
 struct attn_data {
     aligned_vector q, k, v, out, lq, lk, lv;  // l*: one dense head for the limit GEMM
@@ -682,8 +688,14 @@ kv16_data<H>& kv16_for(const attn_def& s) {
     return it->second;
 }
 
+/// The caller's pool of attention/S6*/executor:pool2 (one worker and the caller, as rope's executor rows).
+pool& attention_pool() {
+    static pool workers(1);
+    return workers;
+}
+
 template <class H = float>
-void attention_bench(benchmark::State& state, const attn_def& s, unsigned threads, rope_variant rv) {
+void attention_bench(benchmark::State& state, const attn_def& s, unsigned threads, rope_variant rv, bool pooled = false) {
     auto& b = data_for(s);
     using clock = std::chrono::steady_clock;
     constexpr bool half = !std::is_same_v<H, float>;
@@ -710,6 +722,8 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
     }
     auto kernel = [&] {
         posenc::attention_options opt{.threads = threads};
+        if (pooled)
+            opt.executor = [](std::size_t n, const std::function<void(std::size_t)>& task) { attention_pool().run(n, task); };
         if constexpr (half) {
             if (cache) {
                 posenc::attention(posenc::attention_encoding{rope}, Q, *cache, O, qpos, posenc::causal_mask{}, opt);
@@ -753,8 +767,19 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
             const void* kr = cache ? static_cast<const void*>(cache->key_storage().data()) : b.k.data();
             const void* vr = cache ? static_cast<const void*>(cache->value_storage().data()) : b.v.data();
             const std::size_t floats = b.k.size() * sizeof(H) / sizeof(float);
-            sink += posenc_bench::read_pass(static_cast<const float*>(kr), floats, threads);
-            sink += posenc_bench::read_pass(static_cast<const float*>(vr), floats, threads);
+            if (pooled) {  // on the pool's threads, as the kernel (OpenMP's spinning workers would take its core)
+                float part[2] = {};
+                attention_pool().run(2, [&](std::size_t half_index) {
+                    for (const void* base : {kr, vr}) {
+                        const float* f = static_cast<const float*>(base) + floats * half_index / 2;
+                        part[half_index] += posenc_bench::read_pass(f, floats * (half_index + 1) / 2 - floats * half_index / 2, 1);
+                    }
+                });
+                sink += part[0] + part[1];
+            } else {
+                sink += posenc_bench::read_pass(static_cast<const float*>(kr), floats, threads);
+                sink += posenc_bench::read_pass(static_cast<const float*>(vr), floats, threads);
+            }
             limit_work += kv_bytes;
         } else {
             limit_work += posenc_bench::gemm_pass(b.lq.data(), b.lk.data(), b.lv.data(), s.Tk, s.D, s.D, threads);
@@ -916,6 +941,23 @@ void register_attention() {
                                          [s, t](benchmark::State& st) { attention_bench(st, *s, t, rope_variant::on_the_fly); })
                 ->Unit(benchmark::kMillisecond)
                 ->UseManualTime();
+        }
+        benchmark::RegisterBenchmark(("attention/S6-200" + th).c_str(),
+                                     [t](benchmark::State& st) { attention_bench(st, S6_short, t, rope_variant::on_the_fly); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime();
+        if (t == 2) {  // decode on the caller's pool (opt.executor)
+            benchmark::RegisterBenchmark("attention/S6-200/executor:pool2",
+                                         [](benchmark::State& st) { attention_bench(st, S6_short, 2, rope_variant::on_the_fly, true); })
+                ->Unit(benchmark::kMicrosecond)
+                ->UseManualTime();
+            benchmark::RegisterBenchmark("attention/S6/executor:pool2",
+                                         [](benchmark::State& st) { attention_bench(st, S6, 2, rope_variant::on_the_fly, true); })
+                ->Unit(benchmark::kMillisecond)
+                ->UseManualTime();
+            benchmark::RegisterBenchmark("attention/S6-bf16/executor:pool2", [](benchmark::State& st) {
+                attention_bench<posenc::bf16>(st, S6, 2, rope_variant::on_the_fly, true);
+            })->Unit(benchmark::kMillisecond)->UseManualTime();
         }
         for (const attn_def* s : {&S5, &S5_rope, &S6}) {
             benchmark::RegisterBenchmark((std::string("attention/") + s->name + "-bf16" + th).c_str(),
