@@ -172,6 +172,8 @@ public:
     [[nodiscard]] const attention_layer_shape& shape() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return shape_; }
     [[nodiscard]] float softcap() const noexcept { return opt_.softcap; }
     [[nodiscard]] std::span<const float> sinks() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return opt_.sinks; }
+    /// Whether the model has learned sinks (attend throws until set_sinks gives them).
+    [[nodiscard]] bool needs_sinks() const noexcept { return opt_.needs_sinks; }
     [[nodiscard]] unsigned threads() const noexcept { return opt_.threads; }
 
     /// One finite logit per query head (copied); empty removes them.
