@@ -17,8 +17,9 @@
 // them. Here the mask (any_mask) and the scale (any_scale) are values that switch per call on their
 // kind and run the typed policy's own code, and the transform is any_rotary (layout at run time) or
 // nope, so a unit using attention_layer instantiates the attention kernel exactly twice whatever the
-// model: measured (g++ 12 -O3), a unit with four layer kinds compiles in about half the time of the
-// same four through typed variants. Results are bit-identical to the typed call with the same policies.
+// model (g++ 12 -O3: 10 s for a decode loop over a config's layers, against 17 s for the same loop over
+// a variant of 3 typed caches × 3 masks × 2 scales, 18 instantiations; 7 s of both is the HF reader).
+// Results are bit-identical to the typed call with the same policies.
 //
 // The bias is no_bias (every model hf::load_layers describes is RoPE or NoPE); ALiBi / T5 layers stay
 // on the typed templates. Every check runs before anything is written: prefill checks the query side
