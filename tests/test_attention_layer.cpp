@@ -36,6 +36,7 @@
 namespace posenc_test_layer {
 
 using posenc::heads_view;
+using posenc_test::same_bits;  // a bool: a failing CHECK does not print thousands of floats
 
 // Llama-4 Scout's text config, 4 layers (no_rope_layers as the released file lists them: every 4th NoPE).
 const char* llama4_scout = R"({"model_type": "llama4_text", "num_attention_heads": 40, "num_key_value_heads": 8,
@@ -80,11 +81,6 @@ heads_view<const float> cview_of(const std::vector<float>& x, std::size_t t0, st
 }
 std::vector<std::int64_t> pos_of(const problem& p, std::size_t t0, std::size_t n) {
     return {p.pos.begin() + static_cast<std::ptrdiff_t>(t0), p.pos.begin() + static_cast<std::ptrdiff_t>(t0 + n)};
-}
-
-/// The same bytes (a bool, so that a failing CHECK does not print thousands of floats).
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 std::vector<float> random_sinks(std::size_t H) {
