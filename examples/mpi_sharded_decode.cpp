@@ -71,9 +71,8 @@ int main(int argc, char** argv) {
     // Each rank: out and lse over its shard; one buffer of heads·(head_dim + 1) floats to send.
     const std::size_t part_floats = heads * head_dim + heads;
     std::vector<float> part(part_floats);
-    posenc::attention_partial(enc, Q, shard.keys(), shard.values(), posenc::heads_view<float>(part.data(), {1, heads, head_dim}),
-                              std::span<float>(part.data() + heads * head_dim, heads), q_pos,
-                              shard.positions(), posenc::causal_mask{}, {.keys_transformed = true});
+    posenc::attention_partial(enc, Q, shard, posenc::heads_view<float>(part.data(), {1, heads, head_dim}),
+                              std::span<float>(part.data() + heads * head_dim, heads), q_pos, posenc::causal_mask{});
 
     std::vector<float> all(rank == 0 ? part_floats * p : 0);
     MPI_Gather(part.data(), static_cast<int>(part_floats), MPI_FLOAT, all.data(), static_cast<int>(part_floats), MPI_FLOAT, 0,

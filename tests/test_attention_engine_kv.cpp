@@ -95,7 +95,8 @@ void check_half_masks(const posenc::simd::attn_kernels& ker, const enc_case<Enc>
     struct shape {
         std::size_t Tq, Tk, Hq, Hkv;
     };
-    // 1100 keys: two segments; 1 query against 2100: three segments split across threads.
+    // 1100 keys: two segments; 1 query against 2100: three segments, split across threads (the work
+    // threshold is off: min_fmas_per_thread = 0).
     const shape shapes[] = {{7, 63, 4, 4}, {5, 130, 8, 2}, {1, 2100, 4, 1}, {66, 1100, 2, 1}};
     std::uint32_t seed = 300;
     for (const shape& s : shapes) {
@@ -107,6 +108,7 @@ void check_half_masks(const posenc::simd::attn_kernels& ker, const enc_case<Enc>
             model.sinks.resize(s.Hq);
         }
         opt.threads = 1 + seed % 3;
+        opt.min_fmas_per_thread = 0;
         if (with_none)
             check_half_case<H>(ker, c.name + " none", p, c.enc, model, opt, posenc::no_mask{},
                                [](std::int64_t, std::int64_t) { return true; }, compared);
@@ -241,6 +243,23 @@ std::size_t check_half_all_archs(xsimd::arch_list<Archs...>, std::size_t& compar
     return archs;
 }
 
+/// A user's cacheable transform: adds `offset` to every lane (a stand-in with apply_into and shift).
+struct shift_transform {
+    float offset = 0.0f;
+    void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids&) const {
+        for (auto* x : {&q, &k})
+            for (std::size_t t = 0; t < x->tokens(); ++t)
+                for (std::size_t h = 0; h < x->heads(); ++h)
+                    for (std::size_t d = 0; d < x->head_dim(); ++d) x->row(t, h)[d] += offset;
+    }
+    void apply_into(posenc::heads_view<const float> src, posenc::heads_view<float> dst, const posenc::position_ids&) const {
+        for (std::size_t t = 0; t < src.tokens(); ++t)
+            for (std::size_t h = 0; h < src.heads(); ++h)
+                for (std::size_t d = 0; d < src.head_dim(); ++d) dst.row(t, h)[d] = src.row(t, h)[d] + offset;
+    }
+    void shift(posenc::heads_view<float>, std::int64_t) const {}
+    friend bool operator==(const shift_transform&, const shift_transform&) = default;
+};
 }  // namespace engine_kv_test
 
 using namespace engine_kv_test;
@@ -262,8 +281,12 @@ TEST_CASE("attention, 16-bit K/V: const and mutable views; the float call's bits
     posenc::attention(enc, hv(q, 2, 8, 32), view(k, 300, 2, 32), view(v, 300, 2, 32), hv(b, 2, 8, 32), qp, kp, posenc::causal_mask{});
     posenc::attention(enc, hv(q, 2, 8, 32), posenc::heads_view<const posenc::bf16>(view(k, 300, 2, 32)),
                       posenc::heads_view<const posenc::bf16>(view(v, 300, 2, 32)), hv(c, 2, 8, 32), qp, kp, posenc::causal_mask{});
+    std::vector<float> d(a.size());  // K mutable, V const (a cache's values beside the caller's keys)
+    posenc::attention(enc, hv(q, 2, 8, 32), view(k, 300, 2, 32), posenc::heads_view<const posenc::bf16>(view(v, 300, 2, 32)),
+                      hv(d, 2, 8, 32), qp, kp, posenc::causal_mask{});
     CHECK(bits_equal(a, b));
     CHECK(bits_equal(a, c));
+    CHECK(bits_equal(a, d));
 }
 
 TEST_CASE("kv_cache<bf16/fp16>: K rotated then rounded once; attention; context_shift", "[attention][engine][16bit][kv_cache]") {
@@ -397,6 +420,59 @@ TEST_CASE("attention: split-KV decode gives one thread's bits, with an executor 
     }
 }
 
+TEST_CASE("attention: split-KV for every group size, 16-bit K/V, sinks, lse and a window: any thread count, the same bits", "[attention][engine][threads]") {
+    // G = 1, 2, 4 leave rows_pad = 4 (a split state's alignment); the window hides whole segments.
+    for (const std::size_t G : {1u, 2u, 4u, 3u})
+        for (const std::size_t Hkv : {1u, 2u}) {
+            const std::size_t Hq = G * Hkv, Tk = 3300, D = 32, Dv = 24;
+            attn_problem p = make_attn_problem(1, Tk, Hq, Hkv, D, Dv, static_cast<std::uint32_t>(500 + G * 10 + Hkv));
+            const std::vector<posenc::bf16> kh = to_half<posenc::bf16>(p.k), vh = to_half<posenc::bf16>(p.v);
+            p.k = widened(kh);
+            p.v = widened(vh);
+            const std::vector<float> sinks = random_floats(Hq, 3, 1.0f);
+            posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+            const posenc::attention_encoding enc{rope};
+            const posenc::position_ids qp(p.qpos), kp(p.kpos);
+            std::vector<float> q = p.q;
+            const posenc::heads_view<const posenc::bf16> K(kh.data(), {Tk, Hkv, D}), V(vh.data(), {Tk, Hkv, Dv});
+            for (const bool window : {false, true}) {
+                std::vector<float> one(Hq * Dv), one_lse(Hq), part(Hq * Dv), part_lse(Hq);
+                auto run = [&](unsigned threads, std::vector<float>& out, std::vector<float>& lse, std::vector<float>& pout,
+                               std::vector<float>& plse) {
+                    posenc::attention_options opt{.sinks = sinks, .threads = threads, .min_fmas_per_thread = 0};
+                    posenc::attention_options popt{.threads = threads, .min_fmas_per_thread = 0};
+                    if (window) {
+                        posenc::attention(enc, hv(q, 1, Hq, D), K, V, hv(out, 1, Hq, Dv), qp, kp,
+                                          posenc::sliding_window_mask{.window = 700}, opt);
+                        posenc::attention_partial(enc, hv(q, 1, Hq, D), K, V, hv(pout, 1, Hq, Dv), plse, qp, kp,
+                                                  posenc::sliding_window_mask{.window = 700}, popt);
+                    } else {
+                        posenc::attention(enc, hv(q, 1, Hq, D), K, V, hv(out, 1, Hq, Dv), qp, kp, posenc::causal_mask{}, opt);
+                        posenc::attention_partial(enc, hv(q, 1, Hq, D), K, V, hv(pout, 1, Hq, Dv), plse, qp, kp,
+                                                  posenc::causal_mask{}, popt);
+                    }
+                    (void)lse;
+                };
+                run(1, one, one_lse, part, part_lse);
+                attn_model m;
+                m.rot_q = m.rot_k = rope_rot(D, false, rope.frequencies().inv_freq, 1.0);
+                m.sinks.assign(sinks.begin(), sinks.end());
+                const visible_fn vis = window ? visible_fn([](std::int64_t i, std::int64_t j) { return i - 700 < j && j <= i; })
+                                              : visible_fn([](std::int64_t i, std::int64_t j) { return j <= i; });
+                INFO("G " << G << " kv heads " << Hkv << (window ? " window" : " causal"));
+                CHECK(kv_worst_error(one, reference_attention(p, m, vis)) <= 2e-6 * max_abs(p.v));
+                for (unsigned threads : {2u, 3u, 4u, 7u}) {
+                    std::vector<float> out(one.size(), -1.0f), lse(Hq), pout(one.size(), -1.0f), plse(Hq, -1.0f);
+                    run(threads, out, lse, pout, plse);
+                    INFO("threads " << threads);
+                    CHECK(bits_equal(out, one));
+                    CHECK(bits_equal(pout, part));
+                    CHECK(bits_equal(plse, part_lse));
+                }
+            }
+        }
+}
+
 TEST_CASE("attention: a small call stays on the caller's thread", "[attention][engine][threads]") {
     const attn_problem p = make_attn_problem(1, 200, 32, 8, 128, 128, 96);
     std::vector<float> q = p.q, k = p.k, v = p.v, a(32 * 128), b(a.size());
@@ -524,6 +600,18 @@ TEST_CASE("attention_partial and merge: bad input named, nothing written", "[att
                Catch::Contains("overlaps out without being out itself"));
     CHECK_THAT(message([&] { posenc::merge_attention_partials(std::span<const posenc::attention_part>{}, hv(out, T, H, D)); }),
                Catch::Contains("parts"));
+    // lse (or sinks) over out's own memory; a part's lse that is NaN or +inf.
+    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), la}}, hv(out, T, H, D), std::span<float>(out.data(), T * H)); }),
+               Catch::Contains("lse") && Catch::Contains("overlaps out"));
+    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), la}}, hv(out, T, H, D), {}, std::span<const float>(out.data(), H)); }),
+               Catch::Contains("sinks") && Catch::Contains("overlaps out"));
+    std::vector<float> bad_lse(T * H, 0.0f);
+    bad_lse[2] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), la}, {hv(a, T, H, D), bad_lse}}, hv(out, T, H, D)); }),
+               Catch::Contains("parts[1].lse[2]"));
+    bad_lse[2] = std::numeric_limits<float>::infinity();
+    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), bad_lse}}, hv(out, T, H, D)); }),
+               Catch::Contains("parts[0].lse[2]") && Catch::Contains("finite or -inf"));
     CHECK(std::all_of(out.begin(), out.end(), [](float x) { return x == 9.0f; }));
     CHECK(std::all_of(a.begin(), a.end(), [](float x) { return x == 1.0f; }));
 }
@@ -559,6 +647,20 @@ TEST_CASE("attention over a kv_cache: another query transform is rejected", "[at
     CHECK(message(posenc::attention_encoding{cache.transform()}) == "(no error)");
     CHECK(message(posenc::attention_encoding{same_any}) == "(no error)");
     CHECK(message(posenc::attention_encoding{posenc::table_transform{rope, table}}) == "(no error)");
+    // A cacheable transform of the user's own type: the cache's own is accepted (compared with == when
+    // the type has it), another value of it rejected.
+    posenc::kv_cache<engine_kv_test::shift_transform> custom(engine_kv_test::shift_transform{1.0f}, {.kv_heads = 1, .head_dim = D, .capacity = 8});
+    custom.append(hv(k, 4, 1, D), hv(k, 4, 1, D), posenc::position_ids::consecutive(0, 4));
+    auto custom_message = [&](const engine_kv_test::shift_transform& t) -> std::string {
+        try {
+            posenc::attention(posenc::attention_encoding{t}, hv(q, 2, 1, D), custom, hv(out, 2, 1, D), qp, posenc::causal_mask{});
+        } catch (const posenc::config_error& e) {
+            return e.what();
+        }
+        return "(no error)";
+    };
+    CHECK(custom_message(custom.transform()) == "(no error)");
+    CHECK_THAT(custom_message(engine_kv_test::shift_transform{2.0f}), Catch::Contains("compares unequal"));
     posenc::kv_cache nope_cache(posenc::nope{}, {.kv_heads = 1, .head_dim = D, .capacity = 8});
     CHECK_THROWS_WITH(posenc::attention(posenc::attention_encoding{rope}, hv(q, 2, 1, D), nope_cache, hv(out, 2, 1, D), qp),
                       Catch::Contains("half_split RoPE, but the cache's keys were transformed by NoPE"));

@@ -368,3 +368,35 @@ TEST_CASE("attention_layer: bad input throws naming the field, nothing written",
         CHECK(same_bits(o, std::vector<float>(H * D, 3.0f)));
     }
 }
+
+TEST_CASE("attention_layer<bf16>: a bf16 cache and the engine's executor give the typed 16-bit call's bits", "[attention_layer][16bit]") {
+    using namespace posenc_test_layer;
+    const auto g = posenc::hf::load_layers(posenc_test::config_path("gemma-3-1b-v5.json"));
+    const std::size_t T = 2100, H = 4, Hkv = 1, D = 256;  // enough work for 2 threads in decode (split-KV)
+    const problem p = make_problem(T, H, Hkv, D, 3, 1, 77);
+    std::size_t tasks = 0;
+    auto layers = posenc::hf::make_attention_layers<posenc::bf16>(g, T + 4);
+    auto& layer = layers[5];  // a full-attention layer (causal)
+    REQUIRE(layer.mask().kind() == "causal");
+    posenc::attention_layer_options o{.threads = 2};
+    o.executor_fn = [&tasks](std::size_t n, const std::function<void(std::size_t)>& task) {
+        for (std::size_t i = 0; i < n; ++i, ++tasks) task(i);
+    };
+    posenc::basic_attention_layer<posenc::bf16> pooled(*layers[5].rope(), posenc::causal_mask{}, layers[5].scale(),
+                                                       layers[5].shape(), o);
+    pooled.append(cview_of(p.k, 0, T, Hkv, D), cview_of(p.v, 0, T, Hkv, D), posenc::position_ids(p.pos));
+    CHECK(tasks > 0);  // the append's rotation ran on the executor
+    tasks = 0;
+    std::vector<float> out(H * D), ref(H * D);
+    const std::vector<std::int64_t> next{p.pos.back() + 1};
+    pooled.attend(cview_of(p.q, 0, 1, H, D), posenc::position_ids(next), view_of(out, 0, 1, H, D));
+    // The typed call: kv_cache<rotary<half_split>, bf16> with the same rotary, mask and scale.
+    posenc::kv_cache<posenc::rotary<posenc::half_split>, posenc::bf16> cache(typed_rotary<posenc::half_split>(g.layers[5]),
+                                                                             {.kv_heads = Hkv, .head_dim = D, .capacity = T + 4});
+    cache.append(cview_of(p.k, 0, T, Hkv, D), cview_of(p.v, 0, T, Hkv, D), posenc::position_ids(p.pos));
+    posenc::attention(posenc::attention_encoding(cache.transform(), posenc::no_bias{}, posenc::fixed_scale{g.layers[5].scale}),
+                      cview_of(p.q, 0, 1, H, D), cache, view_of(ref, 0, 1, H, D), posenc::position_ids(next), posenc::causal_mask{});
+    CHECK(same_bits(out, ref));
+    CHECK(tasks > 0);  // so did the attention
+    static_assert(std::is_same_v<decltype(pooled.keys()), posenc::heads_view<const posenc::bf16>>);
+}

@@ -196,7 +196,7 @@ MUTANTS = [
      "split-KV: segments folded in another order than one thread folds them"),
     ("attention/attention.hpp", "inline constexpr bool may_throw_inside =\n    !(", "inline constexpr bool may_throw_inside = false && !(",
      "a custom transform that throws inside writes part of out"),
-    ("attention/attention.hpp", "min_attention_fmas_per_thread = std::size_t{1} << 21;", "min_attention_fmas_per_thread = 1;",
+    ("attention/options.hpp", "std::size_t min_fmas_per_thread = std::size_t{1} << 21;", "std::size_t min_fmas_per_thread = 1;",
      "a one-token decode against a short cache starts threads"),
     ("attention/attention.hpp", "        if (divides(v.heads(), q.heads()) && !divides(k.heads(), q.heads()))", "        if (false)",
      "K's wrong head count blamed on V"),

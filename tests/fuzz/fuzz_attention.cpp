@@ -425,7 +425,7 @@ void fuzz_attention(FuzzedDataProvider& in) {
 /// The cache's whole state, to compare before and after a rejected call.
 template <class Cache>
 struct cache_state {
-    using S = typename Cache::storage_type;
+    using S = typename Cache::element_type;
     std::vector<S> k, v;
     std::vector<std::int64_t> pos;
     std::size_t size;

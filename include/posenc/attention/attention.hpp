@@ -195,10 +195,6 @@ void check_attention(const Enc& enc, const heads_view<const float>& q, const hea
     }
 }
 
-/// Below this many multiply-adds per thread (QKᵀ and PV over every key, an upper bound) an extra thread
-/// costs more than it saves: a short decode stays on the caller's thread.
-inline constexpr std::size_t min_attention_fmas_per_thread = std::size_t{1} << 21;
-
 /// f(unit, thread) for every unit, round-robin over `threads` threads (causal work grows with the
 /// query tile, so neighbours go to different threads): on opt.executor when given, else posenc's own
 /// threads. The first exception is rethrown after every thread has finished.
@@ -249,7 +245,7 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
 
     const attn_call<Enc, Mask, KV> call{ker, enc, sh, q, k, v, qpos, kpos, mask, opt};
     const std::size_t fmas = sh.Tq * sh.Hq * std::max<std::size_t>(sh.Tk, 1) * (sh.D + sh.Dv);
-    const std::size_t by_work = std::max<std::size_t>(1, fmas / min_attention_fmas_per_thread);
+    const std::size_t by_work = opt.min_fmas_per_thread ? std::max<std::size_t>(1, fmas / opt.min_fmas_per_thread) : fmas;
     const std::size_t wanted = std::min<std::size_t>(std::max(1u, opt.threads), by_work);
     // Fewer items than threads (decode): the items' key segments are the units, folded afterwards.
     const bool split = items < wanted && sh.segments > 1;
@@ -274,28 +270,36 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
         });
         return;
     }
-    // Split-KV: every (item, segment) into its own state, then each item's segments folded in order.
-    const std::size_t R = sh.rows_pad, per_state = R * (2 + sh.acc_stride);
-    attn_floats states(units * per_state);
-    auto state_of = [&](std::size_t unit) {
-        float* base = states.data() + unit * per_state;
-        return attn_state{base + R * sh.acc_stride, base + R * sh.acc_stride + R, base};
-    };
-    run_round_robin(threads, opt, units, [&](std::size_t unit, std::size_t tid) {
-        const attn_query_tile t = call.load_queries(unit / sh.segments, scratch[tid]);
-        call.run_segment(t, unit % sh.segments, scratch[tid], state_of(unit));
-    });
-    attn_scratch& w = scratch[0];
+    // Split-KV: the (item, segment) units, item-major, a wave of at most 4·threads at a time into their
+    // own states, each then folded into its item's total in unit order (the order one thread folds
+    // them in): memory O(threads + items) states, whatever Tk.
+    const std::size_t R = sh.rows_pad;
+    const std::size_t per_state = R * sh.acc_stride + (2 * R + 15) / 16 * 16;  // acc first: 64-byte aligned
+    const std::size_t wave = std::min<std::size_t>(units, 4 * std::size_t{threads});
+    const uninitialized_floats states(wave * per_state), totals(items * per_state);
+    auto state_at = [&](float* base) { return attn_state{base + R * sh.acc_stride, base + R * sh.acc_stride + R, base}; };
+    auto rows_of = [&](std::size_t item) { return std::min(sh.tile_tokens, sh.Tq - item / sh.Hkv * sh.tile_tokens) * sh.G; };
+    for (std::size_t item = 0; item < items; ++item) clear_total(state_at(totals.get() + item * per_state), rows_of(item));
+    for (std::size_t first = 0; first < units; first += wave) {
+        const std::size_t n = std::min(wave, units - first);
+        run_round_robin(threads, opt, n, [&](std::size_t i, std::size_t tid) {
+            const std::size_t unit = first + i;
+            const attn_query_tile t = call.load_queries(unit / sh.segments, scratch[tid]);
+            call.run_segment(t, unit % sh.segments, scratch[tid], state_at(states.get() + i * per_state));
+        });
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t item = (first + i) / sh.segments;
+            fold_segment(state_at(totals.get() + item * per_state), state_at(states.get() + i * per_state), rows_of(item), sh.Dv,
+                         sh.acc_stride);
+        }
+    }
     for (std::size_t item = 0; item < items; ++item) {
         attn_query_tile t;  // the rows' layout only: the queries were transformed by the units
         t.hk = item % sh.Hkv;
         t.t0 = item / sh.Hkv * sh.tile_tokens;
         t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
         t.R = t.nq * sh.G;
-        clear_total(w.total(), t.R);
-        for (std::size_t seg = 0; seg < sh.segments; ++seg)
-            fold_segment(w.total(), state_of(item * sh.segments + seg), t.R, sh.Dv, sh.acc_stride);
-        finish_rows(t, w.total(), sh, out, extra);
+        finish_rows(t, state_at(totals.get() + item * per_state), sh, out, extra);
     }
 }
 
@@ -347,14 +351,15 @@ void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view
         simd::attention_kernels(), enc, q, k, v, out, {}, q_positions, k_positions, mask, options);
 }
 
-/// The same with K and V in bf16 or fp16 (both of one type; const or not): widened exactly to float
-/// a key tile at a time, so the result equals the float call on the same 16-bit values, bit for bit.
-template <class KV, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
-    requires half_storage<std::remove_const_t<KV>>
-void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q, heads_view<KV> k,
-               heads_view<KV> v, heads_view<float> out, const position_ids& q_positions,
+/// The same with K and V in bf16 or fp16 (both of one type; each const or not): widened exactly to
+/// float a key tile at a time, so the result equals the float call on the same 16-bit values, bit for bit.
+template <class K, class V, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
+    requires half_storage<std::remove_const_t<K>> && half_storage<std::remove_const_t<V>>
+void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q, heads_view<K> k,
+               heads_view<V> v, heads_view<float> out, const position_ids& q_positions,
                const position_ids& k_positions, const Mask& mask = {}, const attention_options& options = {}) {
-    using H = std::remove_const_t<KV>;
+    using H = std::remove_const_t<K>;
+    static_assert(std::is_same_v<H, std::remove_const_t<V>>, "posenc::attention: K and V must hold the same type");
     detail::attention_checked<attention_encoding<Transform, Bias, Scale>, H>(
         simd::attention_kernels(), enc, q, heads_view<const H>(k), heads_view<const H>(v), out, {}, q_positions,
         k_positions, mask, options);

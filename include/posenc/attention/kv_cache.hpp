@@ -78,7 +78,7 @@ template <class Transform, storage_type Storage = float>
     requires cacheable_transform<Transform, Storage>
 class kv_cache {
 public:
-    using storage_type = Storage;
+    using element_type = Storage;
 
     kv_cache(Transform transform, kv_cache_shape shape) : transform_(std::move(transform)), shape_(shape) {
         if (shape_.value_dim == 0) shape_.value_dim = shape_.head_dim;
@@ -358,9 +358,19 @@ template <class E, class C>
         return {};
     } else if constexpr (is_identity_transform<E> && is_identity_transform<C>) {
         return {};
+    } else if constexpr (std::is_same_v<E, C> && std::equality_comparable<E>) {
+        return enc == cached ? std::string() : "a custom transform that compares unequal to the cache's";
+    } else if constexpr (std::is_same_v<E, C>) {
+        return {};  // the cache's own type, with nothing to compare: the caller's responsibility
     } else {
         return key_transform_kind(enc) + ", but the cache's keys were transformed by " + key_transform_kind(cached);
     }
+}
+
+template <class E, class C>
+void require_cache_transform(const E& enc, const C& cached) {
+    if (const std::string why = key_transform_mismatch(enc, cached); !why.empty())
+        throw config_error("enc.transform", why, "must transform queries as the cache's keys were (cache.transform())");
 }
 
 }  // namespace detail
@@ -373,8 +383,7 @@ template <class Transform, class Bias, class Scale, class CacheTransform, class 
 void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q,
                const kv_cache<CacheTransform, Storage>& cache, heads_view<float> out, const position_ids& q_positions,
                const Mask& mask = {}, attention_options options = {}) {
-    if (const std::string why = detail::key_transform_mismatch(enc.transform, cache.transform()); !why.empty())
-        throw config_error("enc.transform", why, "must transform queries as the cache's keys were (cache.transform())");
+    detail::require_cache_transform(enc.transform, cache.transform());
     options.keys_transformed = true;
     attention(enc, q, cache.keys(), cache.values(), out, q_positions, cache.positions(), mask, options);
 }

@@ -99,6 +99,7 @@ private:
 /// typed scale's own scale().
 class any_scale {
 public:
+    static constexpr bool rejects_only_out_of_range = true;  ///< as the typed scales (attention.hpp)
     any_scale() = default;  ///< inverse_sqrt_scale
     any_scale(inverse_sqrt_scale s) noexcept : s_(s) {}  // NOLINT(google-explicit-constructor)
     any_scale(fixed_scale s) noexcept : s_(s) {}         // NOLINT(google-explicit-constructor)
@@ -137,9 +138,13 @@ struct attention_layer_options {
     std::vector<float> sinks;   ///< one learned sink logit per query head (gpt-oss), or empty
     bool needs_sinks = false;   ///< the model has sinks: attend throws until they are given
     unsigned threads = 1;       ///< attention's threads and the cache append's (bit-identical for any count)
+    executor executor_fn{};     ///< runs those threads on the engine's pool (attention_options::executor)
 };
 
-class attention_layer {
+/// The layer with K/V cached as Storage (float, bf16 or fp16: kv_cache<Transform, Storage>); an
+/// engine picks one for all its layers. attention_layer is the float one.
+template <storage_type Storage = float>
+class basic_attention_layer {
     template <class Transform>
     struct state;
     template <class F>
@@ -152,14 +157,12 @@ class attention_layer {
     }
 
 public:
-    /// K/V are stored as float: the cache type below is the one spot a run-time storage choice
-    /// (bf16 / fp16) goes once kv_cache takes a storage type.
     template <class Transform>
-    using cache_type = kv_cache<Transform>;
+    using cache_type = kv_cache<Transform, Storage>;
 
     /// `rope` empty: a NoPE layer. Every argument is checked here (config_error naming the field).
-    attention_layer(std::optional<any_rotary> rope, any_mask mask, any_scale scale, attention_layer_shape shape,
-                    attention_layer_options options = {})
+    basic_attention_layer(std::optional<any_rotary> rope, any_mask mask, any_scale scale, attention_layer_shape shape,
+                          attention_layer_options options = {})
         : mask_(mask), scale_(scale), shape_(shape), opt_(std::move(options)), state_(make_state(std::move(rope))) {}
 
     [[nodiscard]] bool is_nope() const noexcept { return std::holds_alternative<state<nope>>(state_); }
@@ -203,10 +206,10 @@ public:
     [[nodiscard]] position_ids positions() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         return with([](const auto& s) { return s.cache.positions(); });
     }
-    [[nodiscard]] heads_view<const float> keys() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
+    [[nodiscard]] heads_view<const Storage> keys() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         return with([](const auto& s) { return s.cache.keys(); });
     }
-    [[nodiscard]] heads_view<const float> values() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
+    [[nodiscard]] heads_view<const Storage> values() const noexcept POSENC_DETAIL_LIFETIMEBOUND {
         return with([](const auto& s) { return s.cache.values(); });
     }
 
@@ -276,8 +279,10 @@ private:
                                                     detail::to_text(shape_.heads));
     }
 
-    [[nodiscard]] attention_options options() const noexcept {
-        return {.softcap = opt_.softcap, .sinks = opt_.sinks, .threads = opt_.threads};
+    [[nodiscard]] attention_options options() const {
+        attention_options o{.softcap = opt_.softcap, .sinks = opt_.sinks, .threads = opt_.threads};
+        o.executor = opt_.executor_fn;
+        return o;
     }
 
     states make_state(std::optional<any_rotary> rope) {
@@ -297,6 +302,7 @@ private:
         if (!rope) return state<nope>{attention_encoding<nope, no_bias, any_scale>(nope{}, no_bias{}, scale_), {nope{}, cs}};
         state<any_rotary> s{attention_encoding<any_rotary, no_bias, any_scale>(*rope, no_bias{}, scale_), {*rope, cs}};
         s.cache.set_threads(opt_.threads);
+        if (opt_.executor_fn) s.cache.set_executor(opt_.executor_fn);
         return s;
     }
 
@@ -306,5 +312,7 @@ private:
     attention_layer_options opt_;
     states state_;
 };
+
+using attention_layer = basic_attention_layer<float>;
 
 }  // namespace posenc

@@ -86,11 +86,16 @@ struct attention_options {
     /// K already carries the transform (a KV cache of rotated keys): only the queries are transformed.
     bool keys_transformed = false;
     /// Up to this many threads across (kv head, query tile) items, or across key segments when there are
-    /// fewer items than threads (decode); fewer for a small call (about 2M multiply-adds a thread). The
-    /// output is bit-identical for any count.
+    /// fewer items than threads (decode); fewer for a small call (min_fmas_per_thread). The output is
+    /// bit-identical for any count.
     unsigned threads = 1;
+    /// A call gets at most one thread per this many multiply-adds (QKᵀ and PV over every key, an upper
+    /// bound on its work): below it an extra thread costs more than it saves, so a one-token decode
+    /// against a short cache stays on the caller's thread. 0: as many threads as asked for.
+    std::size_t min_fmas_per_thread = std::size_t{1} << 21;
     /// Runs those threads' work on the caller's pool instead of posenc's own threads (OpenMP, else
-    /// std::thread per call); empty: posenc's. The result is the same either way.
+    /// std::thread per call); empty: posenc's. Not called when the call runs on one thread. The
+    /// result is the same either way.
     ::posenc::executor executor{};
 };
 

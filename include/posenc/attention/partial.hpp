@@ -11,7 +11,8 @@
 // where the shard shows the row no key). Merging weighs each part by exp(lse − max) in double:
 //   out = Σᵢ exp(lseᵢ − L)·outᵢ,  L = log(Σᵢ exp(lseᵢ) + exp(sink))
 // which equals one call over the union of the keys to float rounding (not bit for bit: the sums are
-// grouped differently). gpt-oss's sinks join the denominator once, so they go to the merge, not to
+// grouped differently). Since a merged lse includes the sinks, a tree of merges adds them once at
+// the root, or at any one level. gpt-oss's sinks join the denominator once, so they go to the merge, not to
 // the parts.
 
 #include <cmath>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "posenc/attention/attention.hpp"
+#include "posenc/attention/kv_cache.hpp"
 
 namespace posenc {
 
@@ -81,12 +83,13 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
                                                                                         k_positions, mask, options);
 }
 /// The same with 16-bit K and V (see attention()).
-template <class KV, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
-    requires half_storage<std::remove_const_t<KV>>
-void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q, heads_view<KV> k,
-                       heads_view<KV> v, heads_view<float> out, std::span<float> lse, const position_ids& q_positions,
+template <class K, class V, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
+    requires half_storage<std::remove_const_t<K>> && half_storage<std::remove_const_t<V>>
+void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q, heads_view<K> k,
+                       heads_view<V> v, heads_view<float> out, std::span<float> lse, const position_ids& q_positions,
                        const position_ids& k_positions, const Mask& mask = {}, const attention_options& options = {}) {
-    using H = std::remove_const_t<KV>;
+    using H = std::remove_const_t<K>;
+    static_assert(std::is_same_v<H, std::remove_const_t<V>>, "posenc::attention_partial: K and V must hold the same type");
     detail::attention_partial_checked<attention_encoding<Transform, Bias, Scale>, H>(
         enc, q, heads_view<const H>(k), heads_view<const H>(v), out, lse, q_positions, k_positions, mask, options);
 }
@@ -95,6 +98,18 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
 /// query head, or none) joining each row's denominator once. Every part has out's shape and Tq·Hq lse
 /// values. out may be one part's view itself (same memory and strides) and lse one part's lse, so a
 /// reduction can merge in place; any other overlap is rejected. Everything is checked first.
+/// attention_partial over everything a kv_cache holds (its keys are rotated: the query transform is
+/// checked against the cache's, as attention() over a cache does).
+template <class Transform, class Bias, class Scale, class CacheTransform, class Storage, attention_mask Mask = no_mask>
+void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q,
+                       const kv_cache<CacheTransform, Storage>& cache, heads_view<float> out, std::span<float> lse,
+                       const position_ids& q_positions, const Mask& mask = {}, attention_options options = {}) {
+    detail::require_cache_transform(enc.transform, cache.transform());
+    options.keys_transformed = true;
+    detail::attention_partial_checked<attention_encoding<Transform, Bias, Scale>, Storage>(
+        enc, q, cache.keys(), cache.values(), out, lse, q_positions, cache.positions(), mask, options);
+}
+
 inline void merge_attention_partials(std::span<const attention_part> parts, heads_view<float> out,
                                      std::span<float> lse = {}, std::span<const float> sinks = {}) {
     using detail::require;
@@ -107,6 +122,9 @@ inline void merge_attention_partials(std::span<const attention_part> parts, head
             "needs one per head of out = " + to_text(H));
     for (float s : sinks) require(std::isfinite(s), "sinks", s, "must be finite");
     const std::span<const float> lse_out(lse.data(), lse.size());
+    require(!detail::spans_overlap(std::as_bytes(lse_out), detail::view_bytes(out)), "lse", "span", "overlaps out");
+    require(!detail::spans_overlap(std::as_bytes(sinks), detail::view_bytes(out)), "sinks", "span", "overlaps out");
+    require(!detail::spans_overlap(sinks, lse_out), "sinks", "span", "overlaps lse");
     for (std::size_t i = 0; i < parts.size(); ++i) {
         const attention_part& p = parts[i];
         const std::string name = "parts[" + to_text(i) + "]";
@@ -126,6 +144,9 @@ inline void merge_attention_partials(std::span<const attention_part> parts, head
                 "overlaps lse without being lse itself");
         require(!detail::spans_overlap(std::as_bytes(lse_out), detail::view_bytes(p.out)), "lse", "span",
                 "overlaps " + name + ".out");
+        for (std::size_t r = 0; r < rows; ++r)  // a part's log-sum-exp: finite, or −∞ for a row that saw no key
+            require(p.lse[r] < std::numeric_limits<float>::infinity(), name + ".lse[" + to_text(r) + "]", p.lse[r],
+                    "must be finite or -inf");
     }
     constexpr double ninf = -std::numeric_limits<double>::infinity();
     std::vector<double> acc(Dv), w(parts.size());

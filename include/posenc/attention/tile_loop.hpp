@@ -58,6 +58,19 @@ struct aligned64_allocator {
 };
 using attn_floats = std::vector<float, aligned64_allocator<float>>;
 
+/// 64-byte aligned floats left uninitialised (a split call's states: each is written before it is read).
+class uninitialized_floats {
+public:
+    explicit uninitialized_floats(std::size_t n) : p_(aligned64_allocator<float>().allocate(n)) {}
+    uninitialized_floats(const uninitialized_floats&) = delete;
+    uninitialized_floats& operator=(const uninitialized_floats&) = delete;
+    ~uninitialized_floats() { aligned64_allocator<float>().deallocate(p_, 0); }
+    [[nodiscard]] float* get() const noexcept { return p_; }
+
+private:
+    float* p_;
+};
+
 struct attn_shape {
     std::size_t Tq, Tk, Hq, Hkv, G, D, Dv, tile_tokens, rows_pad, acc_stride, segments;
 };

@@ -38,8 +38,9 @@ namespace posenc::hf {
 
 /// Layer `index` of `model`, its cache holding `capacity` tokens; `seq_len` selects dynamic_ntk's
 /// base and longrope's factors (0 = not known), as rope_spec::make_rotary.
-[[nodiscard]] inline attention_layer make_attention_layer(const model_layers& model, std::size_t index, std::size_t capacity,
-                                                          std::int64_t seq_len = 0) {
+template <storage_type Storage = float>
+[[nodiscard]] basic_attention_layer<Storage> make_attention_layer(const model_layers& model, std::size_t index,
+                                                                  std::size_t capacity, std::int64_t seq_len = 0) {
     if (index >= model.layers.size())
         throw range_error("posenc: layer " + detail::to_text(index) + " of a model of " + detail::to_text(model.layers.size()) +
                           " layers");
@@ -50,17 +51,19 @@ namespace posenc::hf {
     const layer_encoding& l = model.layers[index];
     std::optional<any_rotary> rope;
     if (l.rope) rope.emplace(l.rope->make_rotary(seq_len));
-    return attention_layer(std::move(rope), mask_of(l), scale_of(l),
+    return basic_attention_layer<Storage>(std::move(rope), mask_of(l), scale_of(l),
                            {.heads = model.heads, .kv_heads = model.kv_heads, .head_dim = model.head_dim, .capacity = capacity},
                            {.softcap = l.softcap, .sinks = {}, .needs_sinks = l.sinks});
 }
 
-/// Every layer of `model`, in order.
-[[nodiscard]] inline std::vector<attention_layer> make_attention_layers(const model_layers& model, std::size_t capacity,
-                                                                        std::int64_t seq_len = 0) {
-    std::vector<attention_layer> out;
+/// Every layer of `model`, in order (make_attention_layers<posenc::bf16>(...): bf16 caches).
+template <storage_type Storage = float>
+[[nodiscard]] std::vector<basic_attention_layer<Storage>> make_attention_layers(const model_layers& model, std::size_t capacity,
+                                                                                std::int64_t seq_len = 0) {
+    std::vector<basic_attention_layer<Storage>> out;
     out.reserve(model.layers.size());
-    for (std::size_t i = 0; i < model.layers.size(); ++i) out.push_back(make_attention_layer(model, i, capacity, seq_len));
+    for (std::size_t i = 0; i < model.layers.size(); ++i)
+        out.push_back(make_attention_layer<Storage>(model, i, capacity, seq_len));
     return out;
 }
 
