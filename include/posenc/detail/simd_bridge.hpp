@@ -77,6 +77,8 @@ template <class Layout>
 void run(const rotate_job& job, unsigned threads, const executor* ex = nullptr) {
     if (!simd_can_run(job)) return run_scalar<Layout>(job);
     const simd::rotate_args args = to_args<Layout>(job);
+    // One slice (every one-token call): the arguments as they are, no slice copy, no executor.
+    if (threads <= 1 || args.tokens <= 1) return simd::rotate(args);
     const std::size_t floats = simd::bytes_moved(args) / (2 * sizeof(float));
     run_slices(threads, ex, args.tokens, floats, [&](std::size_t b, std::size_t e) { simd::rotate(slice(args, b, e)); });
 }

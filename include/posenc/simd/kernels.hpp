@@ -270,6 +270,7 @@ struct kernels {
         const float *cpair, *spair;  // half-split bf16 pairs: per 2W lanes, the even ones, then the odd ones
         bool pairs;                  // bf16 word pairs allowed: the rows hold no NaN (ops::store_pairs)
         bool prefetch_16bit;         // rotate_args::prefetch_16bit
+        bool last;                   // the call's (or slice's) last token: no next token to prefetch
     };
 
     // ---- rotations -------------------------------------------------------------------------------
@@ -501,8 +502,11 @@ struct kernels {
     /// in-place S1 10–20% faster, the fused norm's first pass over a head no longer stalls the
     /// rotations), 16-bit sources unless tr.prefetch_16bit is off (simd::prefetch_16bit()); 16-bit
     /// destinations never (not measured).
+    /// Nothing after the last token: asking again for lines already in L1 took a quarter of a one-token
+    /// call's rotation time (decode, rope/S2 on an AVX-512 Xeon).
     template <class S, class D>
     [[gnu::always_inline]] static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
+        if (tr.last) return;
         if (sizeof(S) == sizeof(float) || tr.prefetch_16bit)
             prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
         if constexpr (sizeof(D) == sizeof(float))
@@ -526,7 +530,7 @@ struct kernels {
         const Heads src = src_of;
         const std::size_t heads = v.heads, stride = v.dst_head_stride;
         const std::size_t head_bytes = tr.head_dim * sizeof(bf16), ahead = v.src_token_stride * sizeof(bf16);
-        const bool prefetch = tr.prefetch_16bit;
+        const bool prefetch = tr.prefetch_16bit && !tr.last;
         for (std::size_t h = 0; h < heads; ++h) {
             const bf16* x = src(h).x;
             if (prefetch) prefetch_lines<0>(x, ahead, head_bytes);
@@ -660,13 +664,11 @@ struct kernels {
     }
 
     template <class S, class D>
-    static void view_token(const view_args& whole, std::size_t t, bool last, const token_rows& tr) noexcept {
+    static void view_token(const view_args& whole, std::size_t t, const token_rows& tr) noexcept {
         const S* x = static_cast<const S*>(whole.src) + t * whole.src_token_stride;
         D* y = static_cast<D*>(whole.dst) + t * whole.dst_token_stride;
-        // The prefetches ask for the next token's heads, one token stride ahead; after the call's last
-        // token, for the same heads again (stride 0: in L1 already) rather than past the buffer.
-        view_args v = whole;
-        if (last) v.src_token_stride = v.dst_token_stride = 0;
+        // The prefetches ask for the next token's heads, one token stride ahead (none after the last).
+        const view_args v = whole;
         if (!v.norm_weight)
             return rotate_heads(v, [x, hs = v.src_head_stride](std::size_t h) { return stored_lanes<S>{x + h * hs}; }, y, tr,
                                 tr.out_of_place);
@@ -730,8 +732,9 @@ struct kernels {
         // Lanes past n are loaded by the tails and the swizzles below: zero, so that padded lanes
         // stay finite (and are discarded).
         for (std::size_t k = n; k < n + W; ++k) c[k] = s[k] = 0.0f;
-        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, cpair, spair, false, a.prefetch_16bit};
-        const bool consecutive = !a.rows && !a.table && !a.pos64 && !a.pos32 && a.pos_step == 1;
+        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, cpair, spair, false, a.prefetch_16bit, false};
+        // The recurrence's step row costs as much as a direct row: it pays from the third token on.
+        const bool consecutive = a.tokens > 2 && !a.rows && !a.table && !a.pos64 && !a.pos32 && a.pos_step == 1;
         consecutive_rows rows;
         if (consecutive) rows.start(a.inv_freq, n);
         // The caller's rows (or the table's) are read where they are when nothing reads past their n
@@ -739,6 +742,7 @@ struct kernels {
         // they need no scaling or sign; otherwise they are copied into c and s.
         const bool rows_in_place = (a.rows || a.table) && a.row_scale == 1.0 && !a.inverse && n % W == 0;
         for (std::size_t t = 0; t < a.tokens; ++t) {
+            tr.last = t + 1 == a.tokens;
             const float* src = nullptr;
             if (a.rows) {
                 src = a.rows + t * r;
@@ -792,7 +796,7 @@ struct kernels {
                 tr.out_of_place = v.src != v.dst;
                 with_type(v.src_type, [&](auto st) {
                     with_type(v.dst_type, [&](auto dt) {
-                        view_token<typename decltype(st)::type, typename decltype(dt)::type>(v, t, t + 1 == a.tokens, tr);
+                        view_token<typename decltype(st)::type, typename decltype(dt)::type>(v, t, tr);
                     });
                 });
             }
