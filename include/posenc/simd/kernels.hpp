@@ -114,13 +114,14 @@ struct kernels {
         }
         constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
         constexpr double two_over_pi = 0.6366197723675814;
-        alignas(64) double inv[max_rotary_dim / 2 + 2 * W];
-        const std::size_t padded = (pairs + WD - 1) / WD * WD;
-        std::memcpy(inv, inv_freq, pairs * sizeof(double));
-        for (std::size_t i = pairs; i < padded; ++i) inv[i] = 0.0;
+        // Whole vectors read in place, the last partial one from a zero-padded copy (a copy of the
+        // whole row was a rep movs, whose start-up cost showed in one-token calls).
+        const std::size_t full = pairs / WD * WD, padded = (pairs + WD - 1) / WD * WD;
+        alignas(64) double tail[WD] = {};
+        for (std::size_t i = full; i < pairs; ++i) tail[i - full] = inv_freq[i];
         const dbatch p(static_cast<double>(position)), amp(amplitude), one(1.0), two(2.0), three(3.0);
         for (std::size_t i = 0; i < padded; i += WD) {
-            const dbatch a = p * dbatch::load_aligned(inv + i);
+            const dbatch a = p * (i < full ? dbatch::load_unaligned(inv_freq + i) : dbatch::load_aligned(tail));
             const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
             const dbatch r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
             const dbatch q = ops::fnma(xsimd::floor(n * dbatch(0.25)), dbatch(4.0), n);  // n mod 4
@@ -730,8 +731,10 @@ struct kernels {
             alternate = fbatch::load_aligned(alt);
         }
         // Lanes past n are loaded by the tails and the swizzles below: zero, so that padded lanes
-        // stay finite (and are discarded).
-        for (std::size_t k = n; k < n + W; ++k) c[k] = s[k] = 0.0f;
+        // stay finite (and are discarded). (One vector store each: g++ made the loop two rep stos,
+        // whose start-up cost was a tenth of a one-head call.)
+        fbatch(0.0f).store_unaligned(c + n);
+        fbatch(0.0f).store_unaligned(s + n);
         token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, cpair, spair, false, a.prefetch_16bit, false};
         // The recurrence's step row costs as much as a direct row: it pays from the third token on.
         const bool consecutive = a.tokens > 2 && !a.rows && !a.table && !a.pos64 && !a.pos32 && a.pos_step == 1;
