@@ -18,8 +18,8 @@ namespace posenc::detail {
             j.src_head_stride, j.dst_token_stride, j.dst_head_stride, j.norm_weight, j.norm_eps};
 }
 
-/// Every field initialized in place: a default-constructed rotate_args filled in field by field was
-/// zeroed first by a rep stos, whose start-up cost showed in one-token calls.
+/// Every field initialized in place: g++ zeroed a default-constructed rotate_args with a rep stos
+/// before filling it in, slow to start in a one-token call.
 template <class Layout>
 simd::rotate_args to_args(const rotate_job& job) noexcept {
     return simd::rotate_args{

@@ -257,9 +257,9 @@ private:
         return detail::absent(v) || (v.head_dim() == dims_.head_dim && v.tokens() == pos.size());
     }
 
-    /// Whether `table` holds this rotary's frequencies. Bytewise: both sides passed require_usable
-    /// (normal positive doubles, no ±0 or NaN), where equal bytes are equal values, and memcmp took
-    /// a fraction of the element loop's time on every table call.
+    /// Whether `table` holds this rotary's frequencies, compared bytewise (memcmp is several times
+    /// faster than the element loop): both sides passed require_usable, normal positive doubles,
+    /// for which equal bytes and equal values are the same thing.
     [[nodiscard]] bool built_by_this(const cos_sin_table& table) const noexcept {
         const auto& inv = table.inv_freq();
         return inv.size() == freq_.inv_freq.size() && table.amplitude() == freq_.attention_factor &&

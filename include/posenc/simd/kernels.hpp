@@ -114,8 +114,8 @@ struct kernels {
         }
         constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
         constexpr double two_over_pi = 0.6366197723675814;
-        // Whole vectors read in place, the last partial one from a zero-padded copy (a copy of the
-        // whole row was a rep movs, whose start-up cost showed in one-token calls).
+        // Whole vectors read in place, the last partial one from a zero-padded copy (g++ made a copy
+        // of the whole row a rep movs, slow to start in a one-token call).
         const std::size_t full = pairs / WD * WD, padded = (pairs + WD - 1) / WD * WD;
         alignas(64) double tail[WD] = {};
         for (std::size_t i = full; i < pairs; ++i) tail[i - full] = inv_freq[i];
@@ -503,8 +503,8 @@ struct kernels {
     /// in-place S1 10–20% faster, the fused norm's first pass over a head no longer stalls the
     /// rotations), 16-bit sources unless tr.prefetch_16bit is off (simd::prefetch_16bit()); 16-bit
     /// destinations never (not measured).
-    /// Nothing after the last token: asking again for lines already in L1 took a quarter of a one-token
-    /// call's rotation time (decode, rope/S2 on an AVX-512 Xeon).
+    /// Nothing after the last token: there is no next token, and a one-token call (decode) would only
+    /// ask again for lines already in L1, which costs load slots the rotation needs.
     template <class S, class D>
     [[gnu::always_inline]] static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
         if (tr.last) return;
@@ -731,8 +731,8 @@ struct kernels {
             alternate = fbatch::load_aligned(alt);
         }
         // Lanes past n are loaded by the tails and the swizzles below: zero, so that padded lanes
-        // stay finite (and are discarded). (One vector store each: g++ made the loop two rep stos,
-        // whose start-up cost was a tenth of a one-head call.)
+        // stay finite (and are discarded). One vector store each: g++ made the loop two rep stos, slow
+        // to start in a one-token call.
         fbatch(0.0f).store_unaligned(c + n);
         fbatch(0.0f).store_unaligned(s + n);
         token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, cpair, spair, false, a.prefetch_16bit, false};
