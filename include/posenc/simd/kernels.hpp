@@ -1,5 +1,6 @@
 #pragma once
-// xsimd kernels for the rotary hot loop, templated on the architecture tag.
+// xsimd kernels for the rotary hot loop, templated on the architecture tag. (One long header: the
+// kernels are one class template that each architecture's unit instantiates whole, instantiate.hpp.)
 //
 // Per token: one cos/sin row (from the caller's rows, a table, or computed here), shared by every
 // head of Q and K; per head: read the source (float, bf16 or fp16), optionally normalise (fused
