@@ -6,6 +6,9 @@
 //   rope/S1/<layout>/threads:N  posenc, cached table          (Q [2048,32,128], K [2048,8,128])
 //   rope/S1-yarn/...            the same with YaRN ×4 over 8192
 //   rope/S2/<layout>            decode: one token at position 100000, cos/sin included
+//   rope/call-overhead/<layout>[/table]  what S2's call (or S2 from a table, checked) costs beyond its
+//                               kernel: the public call against the same call made straight to the SIMD
+//                               kernels; time = the difference per call, limit_fraction = kernel ÷ call
 //   rope/S3/<layout>/threads:N  S1 with cos/sin computed per token inside the timed region
 //   table/S4                    cos/sin table of 131072 positions × 64 pairs, YaRN ×4
 //   attention/S5/threads:N      causal ALiBi attention, 8 heads, seq 1024, head_dim 64, max_bias 8
@@ -321,6 +324,98 @@ void rope_s2(benchmark::State& state) {
     limit.report(state, kernel_seconds, rounds);
 }
 
+/// rope/call-overhead: blocks of `calls` public calls (rope.apply: checks, job, slices, dispatch)
+/// alternate with blocks of the same call made straight to the SIMD kernels (simd::rotate on
+/// rotate_args built here: the cos/sin row and the rotation, nothing else), on S2's data. An
+/// iteration's time is the median over its rounds of the two blocks' difference per call (clamped at
+/// 0); call_ns, kernel_ns and overhead_ns are the run's medians (overhead_ns unclamped), and
+/// limit_fraction = kernel_ns ÷ call_ns (1: the call costs nothing beyond its kernel). A fixed number of
+/// iterations: each runs 2·rounds·calls calls for ~20 ns of manual time.
+template <class Layout>
+void rope_call_overhead(benchmark::State& state, bool use_table) {
+    static buffers b(1, S1_q_heads, S1_kv_heads, S1_head_dim);
+    b.fill();
+    const posenc::rotary<Layout> rope({.head_dim = S1_head_dim}, posenc::default_rope{});
+    constexpr std::int64_t position = 100000;
+    const auto pos = posenc::position_ids::consecutive(position, 1);
+    std::optional<posenc::cos_sin_table> table;
+    if (use_table) table.emplace(rope.table(position + 1));
+    const auto q = view(b.q, 1, S1_q_heads), k = view(b.k, 1, S1_kv_heads);
+    posenc::simd::rotate_args args;
+    const auto in_place = [](posenc::simd::view_args& v, const posenc::heads_view<float>& x) {
+        v.src = v.dst = x.data();
+        v.heads = x.heads();
+        v.src_token_stride = v.dst_token_stride = x.token_stride();
+        v.src_head_stride = v.dst_head_stride = x.head_stride();
+    };
+    in_place(args.view[0], q);
+    in_place(args.view[1], k);
+    args.tokens = 1;
+    args.pos_start = position;
+    args.head_dim = args.rotary_dim = S1_head_dim;
+    args.layout = std::is_same_v<Layout, posenc::interleaved> ? posenc::simd::layout_id::interleaved
+                                                               : posenc::simd::layout_id::half_split;
+    args.table = use_table ? table->data() : nullptr;
+    args.inv_freq = rope.frequencies().inv_freq.data();
+    args.amplitude = rope.frequencies().attention_factor;
+    args.prefetch_16bit = posenc::simd::prefetch_16bit();
+    const auto call = [&] {
+        if (use_table)
+            rope.apply(*table, q, k, pos);
+        else
+            rope.apply(q, k, pos);
+    };
+    const auto kernel = [&] { posenc::simd::rotate(args); };
+    {  // The two do the same work: the same bits from the same data.
+        const buffers start = b;
+        call();
+        const buffers via_call = b;
+        b = start;
+        kernel();
+        if (b.q != via_call.q || b.k != via_call.k) return state.SkipWithError("the kernel call differs from the public call");
+    }
+    using clock = std::chrono::steady_clock;
+    constexpr int calls = 64, rounds = 16;
+    const auto block = [&](const auto& f) {
+        const auto t0 = clock::now();
+        for (int i = 0; i < calls; ++i) {
+            f();
+            benchmark::ClobberMemory();
+        }
+        return std::chrono::duration<double>(clock::now() - t0).count() / calls;
+    };
+    const auto median = [](std::vector<double> v) {
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+        return v[v.size() / 2];
+    };
+    // Medians, not means: on a shared machine a block that lost the core to another process would
+    // otherwise decide the difference of two ~250 ns calls.
+    std::vector<double> call_t, kernel_t, overhead_t, round_overhead(rounds);
+    for (auto* v : {&call_t, &kernel_t, &overhead_t}) v->reserve(static_cast<std::size_t>(state.max_iterations) * rounds);
+    for (auto _ : state) {
+        for (int r = 0; r < rounds; ++r) {  // each block first on alternate rounds
+            double c, kk;
+            if (r % 2) {
+                c = block(call);
+                kk = block(kernel);
+            } else {
+                kk = block(kernel);
+                c = block(call);
+            }
+            call_t.push_back(c);
+            kernel_t.push_back(kk);
+            overhead_t.push_back(c - kk);
+            round_overhead[static_cast<std::size_t>(r)] = c - kk;
+        }
+        state.SetIterationTime(std::max(median(round_overhead), 0.0));
+    }
+    const double call_s = median(call_t), kernel_s = median(kernel_t);
+    state.counters["call_ns"] = call_s * 1e9;
+    state.counters["kernel_ns"] = kernel_s * 1e9;
+    state.counters["overhead_ns"] = median(overhead_t) * 1e9;
+    if (call_s > 0) state.counters["limit_fraction"] = kernel_s / call_s;
+}
+
 void table_s4(benchmark::State& state) {
     const auto freq = posenc::yarn{.base = 10000, .factor = 4, .original_max_position = 8192}.frequencies(128);
     for (auto _ : state) {
@@ -593,6 +688,12 @@ void register_layout(const std::string& name) {
             ->UseManualTime();
     }
     benchmark::RegisterBenchmark(("rope/S2/" + name).c_str(), rope_s2<Layout>)->Unit(benchmark::kNanosecond);
+    for (bool use_table : {false, true})
+        benchmark::RegisterBenchmark(("rope/call-overhead/" + name + (use_table ? "/table" : "")).c_str(),
+                                     [use_table](benchmark::State& s) { rope_call_overhead<Layout>(s, use_table); })
+            ->Unit(benchmark::kNanosecond)
+            ->UseManualTime()
+            ->Iterations(400);
     for (unsigned t : {1u, 2u}) {
         const std::string th = "/threads:" + std::to_string(t);
         benchmark::RegisterBenchmark(("rope/S1-bf16/" + name + th).c_str(),

@@ -1,13 +1,17 @@
 // attention's extra memory is O(tile), independent of the sequence length: this translation unit
 // replaces the global operator new (for the whole test program; it only counts while a counter is
 // armed; every form is replaced so that new and delete always pair, also under AddressSanitizer) and
-// compares the allocations of T = 1024 and T = 8192.
+// compares the allocations of T = 1024 and T = 8192. The one-token rotary call's none is counted
+// here too (the program's only counting operator new).
 #include <posenc/attention/attention.hpp>
 #include <posenc/posenc.hpp>
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <new>
+#include <vector>
 
 #include "support/attention_reference.hpp"
 #include "support/catch.hpp"
@@ -95,4 +99,57 @@ TEST_CASE("attention allocates no more for T = 8192 than for T = 1024", "[attent
     CHECK(large.count <= small.count);
     CHECK(large.bytes <= small.bytes);
     CHECK(small.bytes < 200 * 1024);  // O(tile): Q, K, S, accumulator tiles
+}
+
+namespace {
+/// Allocations made by `calls` while the counter is armed (each run once first, unarmed: statics).
+template <class... Calls>
+std::size_t allocations_of(const Calls&... calls) {
+    (calls(), ...);
+    count = 0;
+    armed = true;
+    (calls(), ...);
+    armed = false;
+    return count.load();
+}
+}  // namespace
+
+TEST_CASE("a one-token rotary call allocates nothing and never reaches the executor", "[rope][memory][decode]") {
+    // Decode: one token of Q [1, 32, 128] and K [1, 8, 128] at position 3001, every public form of the
+    // call, split allowed (4 threads, a caller's executor): the checks build their messages only when
+    // they throw, and one token is one slice, run on the caller's thread.
+    const std::size_t D = 128, HQ = 32, HK = 8;
+    std::vector<float> q(HQ * D, 0.5f), k(HK * D, 0.25f), cache(HK * D);
+    std::vector<posenc::bf16> qb(HQ * D, posenc::bf16(0.5f)), kb(HK * D, posenc::bf16(0.25f));
+    const posenc::heads_view<float> qv(std::span<float>(q), {1, HQ, D}), kv(std::span<float>(k), {1, HK, D}),
+        cv(std::span<float>(cache), {1, HK, D});
+    const posenc::heads_view<posenc::bf16> qbv(std::span<posenc::bf16>(qb), {1, HQ, D}),
+        kbv(std::span<posenc::bf16>(kb), {1, HK, D});
+    const auto pos = posenc::position_ids::consecutive(3001, 1);
+    const std::vector<std::int64_t> list{3001};
+    const std::vector<std::int32_t> list32{3001};
+    for (auto layout : {posenc::rope_layout::half_split, posenc::rope_layout::interleaved}) {
+        posenc::any_rotary rope(layout, {.head_dim = D},
+                                posenc::yarn{.base = 500000, .factor = 4, .original_max_position = 8192});
+        std::size_t executor_runs = 0;
+        rope.set_threads(4);
+        rope.set_executor([&executor_runs](std::size_t n, const std::function<void(std::size_t)>& task) {
+            ++executor_runs;
+            for (std::size_t i = 0; i < n; ++i) task(i);
+        });
+        const auto table = rope.table(4096);
+        const std::size_t allocations = allocations_of(
+            [&] { rope.apply(qv, kv, pos); }, [&] { rope.apply(qv, kv, list); }, [&] { rope.apply(qv, kv, list32); },
+            [&] { rope.apply(kv, pos, posenc::rotation::inverse); }, [&] { rope.apply(table, qv, kv, pos); },
+            [&] { rope.apply(table, kv, list); }, [&] { rope.apply_unchecked(table, qv, kv, pos); },
+            [&] { rope.apply(qbv, kbv, pos); }, [&] { rope.apply(table, qbv, kbv, pos); },
+            [&] { rope.apply_into(table, posenc::heads_view<const float>(kv), cv, pos); },
+            [&] { rope.apply_into(kv, cv, pos); });
+        INFO("layout " << (layout == posenc::rope_layout::interleaved ? "interleaved" : "half_split"));
+        CHECK(allocations == 0);
+        CHECK(executor_runs == 0);
+    }
+    // Positive control: the counter sees an allocation made while it is armed.
+    std::vector<std::unique_ptr<float>> kept;
+    CHECK(allocations_of([&] { kept.push_back(std::make_unique<float>(1.0f)); }) >= 1);
 }

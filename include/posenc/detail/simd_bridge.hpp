@@ -11,41 +11,35 @@
 
 namespace posenc::detail {
 
+/// One view's arguments (all null / zero for an empty view).
+[[nodiscard]] inline simd::view_args to_view_args(const job_view& j) noexcept {
+    if (j.empty()) return {};
+    return {j.src,          j.dst,         j.src_type,         j.dst_type,         j.heads,       j.src_token_stride,
+            j.src_head_stride, j.dst_token_stride, j.dst_head_stride, j.norm_weight, j.norm_eps};
+}
+
+/// Every field initialized in place: g++ zeroed a default-constructed rotate_args with a rep stos
+/// before filling it in, slow to start in a one-token call.
 template <class Layout>
 simd::rotate_args to_args(const rotate_job& job) noexcept {
-    simd::rotate_args a;
-    for (int v = 0; v < 2; ++v) {
-        const job_view& j = job.views[static_cast<std::size_t>(v)];
-        if (j.empty()) continue;
-        simd::view_args& w = a.view[v];
-        w.src = j.src;
-        w.dst = j.dst;
-        w.src_type = j.src_type;
-        w.dst_type = j.dst_type;
-        w.heads = j.heads;
-        w.src_token_stride = j.src_token_stride;
-        w.src_head_stride = j.src_head_stride;
-        w.dst_token_stride = j.dst_token_stride;
-        w.dst_head_stride = j.dst_head_stride;
-        w.norm_weight = j.norm_weight;
-        w.norm_eps = j.norm_eps;
-    }
-    a.tokens = job.positions.size();
-    a.pos64 = job.positions.int64_data();
-    a.pos32 = job.positions.int32_data();
-    a.pos_start = job.positions.start();
-    a.pos_step = job.positions.step();
-    a.head_dim = job.head_dim();
-    a.rotary_dim = job.rotary_dim;
-    a.layout = std::is_same_v<Layout, interleaved> ? simd::layout_id::interleaved : simd::layout_id::half_split;
-    a.inverse = job.inverse;
-    a.rows = job.rows;
-    a.table = job.table ? job.table->data() : nullptr;
-    a.inv_freq = job.inv_freq;
-    a.amplitude = job.amplitude;
-    a.row_scale = job.row_scale;
-    a.prefetch_16bit = simd::prefetch_16bit();
-    return a;
+    return simd::rotate_args{
+        .view = {to_view_args(job.views[0]), to_view_args(job.views[1])},
+        .tokens = job.positions.size(),
+        .pos64 = job.positions.int64_data(),
+        .pos32 = job.positions.int32_data(),
+        .pos_start = job.positions.start(),
+        .pos_step = job.positions.step(),
+        .head_dim = job.head_dim(),
+        .rotary_dim = job.rotary_dim,
+        .layout = std::is_same_v<Layout, interleaved> ? simd::layout_id::interleaved : simd::layout_id::half_split,
+        .inverse = job.inverse,
+        .rows = job.rows,
+        .table = job.table ? job.table->data() : nullptr,
+        .inv_freq = job.inv_freq,
+        .amplitude = job.amplitude,
+        .row_scale = job.row_scale,
+        .prefetch_16bit = simd::prefetch_16bit(),
+    };
 }
 
 /// The same call restricted to tokens [begin, end).
@@ -77,6 +71,8 @@ template <class Layout>
 void run(const rotate_job& job, unsigned threads, const executor* ex = nullptr) {
     if (!simd_can_run(job)) return run_scalar<Layout>(job);
     const simd::rotate_args args = to_args<Layout>(job);
+    // One slice (every one-token call): the arguments as they are, no slice copy, no executor.
+    if (threads <= 1 || args.tokens <= 1) return simd::rotate(args);
     const std::size_t floats = simd::bytes_moved(args) / (2 * sizeof(float));
     run_slices(threads, ex, args.tokens, floats, [&](std::size_t b, std::size_t e) { simd::rotate(slice(args, b, e)); });
 }

@@ -1,5 +1,6 @@
 #pragma once
-// xsimd kernels for the rotary hot loop, templated on the architecture tag.
+// xsimd kernels for the rotary hot loop, templated on the architecture tag. (One long header: the
+// kernels are one class template that each architecture's unit instantiates whole, instantiate.hpp.)
 //
 // Per token: one cos/sin row (from the caller's rows, a table, or computed here), shared by every
 // head of Q and K; per head: read the source (float, bf16 or fp16), optionally normalise (fused
@@ -113,13 +114,14 @@ struct kernels {
         }
         constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
         constexpr double two_over_pi = 0.6366197723675814;
-        alignas(64) double inv[max_rotary_dim / 2 + 2 * W];
-        const std::size_t padded = (pairs + WD - 1) / WD * WD;
-        std::memcpy(inv, inv_freq, pairs * sizeof(double));
-        for (std::size_t i = pairs; i < padded; ++i) inv[i] = 0.0;
+        // Whole vectors read in place, the last partial one from a zero-padded copy (g++ made a copy
+        // of the whole row a rep movs, slow to start in a one-token call).
+        const std::size_t full = pairs / WD * WD, padded = (pairs + WD - 1) / WD * WD;
+        alignas(64) double tail[WD] = {};
+        for (std::size_t i = full; i < pairs; ++i) tail[i - full] = inv_freq[i];
         const dbatch p(static_cast<double>(position)), amp(amplitude), one(1.0), two(2.0), three(3.0);
         for (std::size_t i = 0; i < padded; i += WD) {
-            const dbatch a = p * dbatch::load_aligned(inv + i);
+            const dbatch a = p * (i < full ? dbatch::load_unaligned(inv_freq + i) : dbatch::load_aligned(tail));
             const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
             const dbatch r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
             const dbatch q = ops::fnma(xsimd::floor(n * dbatch(0.25)), dbatch(4.0), n);  // n mod 4
@@ -269,6 +271,7 @@ struct kernels {
         const float *cpair, *spair;  // half-split bf16 pairs: per 2W lanes, the even ones, then the odd ones
         bool pairs;                  // bf16 word pairs allowed: the rows hold no NaN (ops::store_pairs)
         bool prefetch_16bit;         // rotate_args::prefetch_16bit
+        bool last;                   // the call's (or slice's) last token: no next token to prefetch
     };
 
     // ---- rotations -------------------------------------------------------------------------------
@@ -500,8 +503,11 @@ struct kernels {
     /// in-place S1 10–20% faster, the fused norm's first pass over a head no longer stalls the
     /// rotations), 16-bit sources unless tr.prefetch_16bit is off (simd::prefetch_16bit()); 16-bit
     /// destinations never (not measured).
+    /// Nothing after the last token: there is no next token, and a one-token call (decode) would only
+    /// ask again for lines already in L1, which costs load slots the rotation needs.
     template <class S, class D>
     [[gnu::always_inline]] static void prefetch_next_token(const view_args& v, const S* x, D* y, const token_rows& tr) noexcept {
+        if (tr.last) return;
         if (sizeof(S) == sizeof(float) || tr.prefetch_16bit)
             prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
         if constexpr (sizeof(D) == sizeof(float))
@@ -525,7 +531,7 @@ struct kernels {
         const Heads src = src_of;
         const std::size_t heads = v.heads, stride = v.dst_head_stride;
         const std::size_t head_bytes = tr.head_dim * sizeof(bf16), ahead = v.src_token_stride * sizeof(bf16);
-        const bool prefetch = tr.prefetch_16bit;
+        const bool prefetch = tr.prefetch_16bit && !tr.last;
         for (std::size_t h = 0; h < heads; ++h) {
             const bf16* x = src(h).x;
             if (prefetch) prefetch_lines<0>(x, ahead, head_bytes);
@@ -659,13 +665,11 @@ struct kernels {
     }
 
     template <class S, class D>
-    static void view_token(const view_args& whole, std::size_t t, bool last, const token_rows& tr) noexcept {
+    static void view_token(const view_args& whole, std::size_t t, const token_rows& tr) noexcept {
         const S* x = static_cast<const S*>(whole.src) + t * whole.src_token_stride;
         D* y = static_cast<D*>(whole.dst) + t * whole.dst_token_stride;
-        // The prefetches ask for the next token's heads, one token stride ahead; after the call's last
-        // token, for the same heads again (stride 0: in L1 already) rather than past the buffer.
-        view_args v = whole;
-        if (last) v.src_token_stride = v.dst_token_stride = 0;
+        // The prefetches ask for the next token's heads, one token stride ahead (none after the last).
+        const view_args v = whole;
         if (!v.norm_weight)
             return rotate_heads(v, [x, hs = v.src_head_stride](std::size_t h) { return stored_lanes<S>{x + h * hs}; }, y, tr,
                                 tr.out_of_place);
@@ -727,10 +731,13 @@ struct kernels {
             alternate = fbatch::load_aligned(alt);
         }
         // Lanes past n are loaded by the tails and the swizzles below: zero, so that padded lanes
-        // stay finite (and are discarded).
-        for (std::size_t k = n; k < n + W; ++k) c[k] = s[k] = 0.0f;
-        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, cpair, spair, false, a.prefetch_16bit};
-        const bool consecutive = !a.rows && !a.table && !a.pos64 && !a.pos32 && a.pos_step == 1;
+        // stay finite (and are discarded). One vector store each: g++ made the loop two rep stos, slow
+        // to start in a one-token call.
+        fbatch(0.0f).store_unaligned(c + n);
+        fbatch(0.0f).store_unaligned(s + n);
+        token_rows tr{a.head_dim, r, n, interleaved, false, c, s, cdup, sdup, cpair, spair, false, a.prefetch_16bit, false};
+        // The recurrence's step row costs as much as a direct row: it pays from the third token on.
+        const bool consecutive = a.tokens > 2 && !a.rows && !a.table && !a.pos64 && !a.pos32 && a.pos_step == 1;
         consecutive_rows rows;
         if (consecutive) rows.start(a.inv_freq, n);
         // The caller's rows (or the table's) are read where they are when nothing reads past their n
@@ -738,6 +745,7 @@ struct kernels {
         // they need no scaling or sign; otherwise they are copied into c and s.
         const bool rows_in_place = (a.rows || a.table) && a.row_scale == 1.0 && !a.inverse && n % W == 0;
         for (std::size_t t = 0; t < a.tokens; ++t) {
+            tr.last = t + 1 == a.tokens;
             const float* src = nullptr;
             if (a.rows) {
                 src = a.rows + t * r;
@@ -791,7 +799,7 @@ struct kernels {
                 tr.out_of_place = v.src != v.dst;
                 with_type(v.src_type, [&](auto st) {
                     with_type(v.dst_type, [&](auto dt) {
-                        view_token<typename decltype(st)::type, typename decltype(dt)::type>(v, t, t + 1 == a.tokens, tr);
+                        view_token<typename decltype(st)::type, typename decltype(dt)::type>(v, t, tr);
                     });
                 });
             }
