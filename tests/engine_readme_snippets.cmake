@@ -10,6 +10,7 @@ string(SUBSTRING "${readme}" ${start} -1 section)
 string(SUBSTRING "${section}" 3 -1 after_title)
 string(FIND "${after_title}" "\n## " stop)
 if(NOT stop EQUAL -1)
+  math(EXPR stop "${stop} + 3")   # stop counts from after the title's "## "
   string(SUBSTRING "${section}" 0 ${stop} section)
 endif()
 string(REGEX REPLACE "\n[ ]+" "\n" test "${test}")

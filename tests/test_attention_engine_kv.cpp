@@ -264,13 +264,13 @@ struct shift_transform {
 
 using namespace engine_kv_test;
 
-TEST_CASE("attention, bf16/fp16 K and V: the float path's bits on the same values; the double reference", "[attention][engine][16bit]") {
+TEST_CASE("attention, bf16/fp16 K and V: the float path's bits on the same values, the double reference", "[attention][engine][16bit]") {
     std::size_t compared = 0;
     REQUIRE(check_half_all_archs(posenc::simd::dispatch_archs{}, compared) >= 1);
     CHECK(compared > 2 * 10000);
 }
 
-TEST_CASE("attention, 16-bit K/V: const and mutable views; the float call's bits", "[attention][engine][16bit]") {
+TEST_CASE("attention, 16-bit K/V: const and mutable views, the float call's bits", "[attention][engine][16bit]") {
     const attn_problem p = make_attn_problem(2, 300, 8, 2, 32, 32, 91);
     std::vector<posenc::bf16> k = to_half<posenc::bf16>(p.k), v = to_half<posenc::bf16>(p.v);
     std::vector<float> kf = widened(k), vf = widened(v), q = p.q, a(2 * 8 * 32), b(a.size()), c(a.size());
@@ -289,7 +289,7 @@ TEST_CASE("attention, 16-bit K/V: const and mutable views; the float call's bits
     CHECK(bits_equal(a, d));
 }
 
-TEST_CASE("kv_cache<bf16/fp16>: K rotated then rounded once; attention; context_shift", "[attention][engine][16bit][kv_cache]") {
+TEST_CASE("kv_cache<bf16/fp16>: K rotated then rounded once, attention, context_shift", "[attention][engine][16bit][kv_cache]") {
     const std::size_t Hkv = 2, D = 32, T = 1500;
     posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::yarn{.base = 10000, .factor = 4, .original_max_position = 256});
     const auto amp = rope.frequencies().attention_factor;
@@ -361,7 +361,7 @@ TEST_CASE("kv_cache<bf16/fp16>: K rotated then rounded once; attention; context_
     run(posenc::fp16{});
 }
 
-TEST_CASE("kv_cache<fp16> of NoPE: K and V rounded once; 16-bit inputs copied", "[attention][engine][16bit][kv_cache]") {
+TEST_CASE("kv_cache<fp16> of NoPE: K and V rounded once, 16-bit inputs copied", "[attention][engine][16bit][kv_cache]") {
     const std::size_t Hkv = 3, D = 20, T = 37;  // 20: a tail for every vector width
     const std::vector<float> k = random_floats(T * Hkv * D, 15, 3.0f), v = random_floats(T * Hkv * D, 16, 3.0f);
     posenc::kv_cache<posenc::nope, posenc::fp16> cache(posenc::nope{}, {.kv_heads = Hkv, .head_dim = D, .capacity = 2 * T});
@@ -497,7 +497,7 @@ TEST_CASE("attention: a small call stays on the caller's thread", "[attention][e
     CHECK(bits_equal(o1, o2));
 }
 
-TEST_CASE("attention_partial + merge equal one call; lse = log-sum-exp of the logits", "[attention][engine][partial]") {
+TEST_CASE("attention_partial + merge equal one call, lse = log-sum-exp of the logits", "[attention][engine][partial]") {
     const std::size_t Tq = 5, Tk = 2600, Hq = 4, Hkv = 2, D = 32, Dv = 16;
     const attn_problem p = make_attn_problem(Tq, Tk, Hq, Hkv, D, Dv, 98);
     posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});

@@ -138,7 +138,7 @@ TEST_CASE("README snippets: 16-bit KV caches, partial results and merge", "[read
                               posenc::position_ids::consecutive(0, half), posenc::causal_mask{});
     posenc::attention_partial(enc, qv, kv.tokens_slice(half, tokens - half), vv.tokens_slice(half, tokens - half), b, lse_b,
                               q_pos, posenc::position_ids::consecutive(half, tokens - half), posenc::causal_mask{});
-    // ...and the parts merge exactly, each weighed by its log-sum-exp (lse):
+    // ...and the parts merge, each weighed by its log-sum-exp (lse), to float rounding:
     posenc::merge_attention_partials({{a, lse_a}, {b, lse_b}}, outv);
     // --- end ---
     std::vector<float> one(out.size());

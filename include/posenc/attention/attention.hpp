@@ -24,7 +24,8 @@
 // or keys_transformed), the SIMD steps (attention/kernels.hpp) form S = QKᵀ, the policies
 // scale/bias/mask S in place, and an online softmax (running max and sum) folds exp(S − m)·V into the
 // accumulator; key segments of 1024 are folded in order. Extra memory is per thread and O(tile): Q
-// tile, K tile, its transpose, S, two accumulators; nothing grows with T.
+// tile, K tile, its transpose, S, two accumulators (a split decode adds a state per unit of a wave of
+// 4·threads, and one per item); nothing grows with T. A custom policy's call (below) also stages out.
 //
 // K per key tile vs pre-rotated once: rotating K once would need a copy of all of K (O(T) memory);
 // per tile, K is re-rotated once per query tile (Tq/tokens-per-tile times), which on-the-fly

@@ -135,7 +135,7 @@ struct attention_layer_shape {
 
 struct attention_layer_options {
     float softcap = 0.0f;       ///< Gemma-2's attn_logit_softcapping; 0 = off
-    std::vector<float> sinks;   ///< one learned sink logit per query head (gpt-oss), or empty
+    std::vector<float> sinks{}; ///< one learned sink logit per query head (gpt-oss), or empty
     bool needs_sinks = false;   ///< the model has sinks: attend throws until they are given
     unsigned threads = 1;       ///< attention's threads and the cache append's (bit-identical for any count)
     executor executor_fn{};     ///< runs those threads on the engine's pool (attention_options::executor)
