@@ -4,10 +4,11 @@
 // function compiled with AVX-512 flags could replace the baseline copy at link time), so no std::
 // helpers either: std::max, std::exp(float) are inline functions the linker would merge.
 //
-// QKᵀ: K's tile is transposed into scratch ([head_dim][64], keys contiguous) so that the inner loop
-// broadcasts one q element and multiplies a vector of keys; a 4-row × 4-vector register block gives
-// 16 FMAs per 4 vector loads and 4 broadcasts. PV: V rows are already contiguous over Dv: a 4-row ×
-// 4-vector block broadcasts p and streams V. The transposition costs head_dim·64 moves per tile,
+// QKᵀ: K's tile is transposed into scratch ([head_dim][64], keys contiguous, W × W blocks through
+// registers) so that the inner loop broadcasts one q element and multiplies a vector of keys; a
+// 6-row × 4-vector register block (AVX-512) gives 24 FMAs per 4 vector loads and 6 broadcasts. PV: V
+// rows are contiguous over Dv (the caller packs a tile of them): the same block broadcasts p and
+// streams V. The transposition costs head_dim·64 moves per tile,
 // shared by every query row of the tile (rows = G·query tokens); for 8 rows or fewer (decode) QKᵀ
 // takes dot products along D instead.
 
@@ -73,9 +74,18 @@ struct attention_steps {
         p = xsimd::fma(p, r, batch(1.6666665459e-1f));
         p = xsimd::fma(p, r, batch(5.0000001201e-1f));
         p = xsimd::fma(p * r, r, r) + batch(1.0f);
-        const ibatch bits = (xsimd::to_int(n) + ibatch(127)) << 23;
-        const batch scaled = p * xsimd::bitwise_cast<batch>(bits);
-        return xsimd::select(x < batch(-87.0f), batch(0.0f), scaled);
+#if defined(__AVX512F__)
+        // vscalefps rounds p·2ⁿ once, as the product with 2ⁿ's bits does (subnormal results included):
+        // one instruction instead of four.
+        if constexpr (arch_ops<Arch>::is_avx512)
+            return xsimd::select(x < batch(-87.0f), batch(0.0f), batch(_mm512_scalef_ps(p, n)));
+        else
+#endif
+        {
+            const ibatch bits = (xsimd::to_int(n) + ibatch(127)) << 23;
+            const batch scaled = p * xsimd::bitwise_cast<batch>(bits);
+            return xsimd::select(x < batch(-87.0f), batch(0.0f), scaled);
+        }
     }
 
     /// tanh: odd Taylor series through x⁹ for |x| < 0.3 (remainder < 2e-8 relative), else
@@ -256,36 +266,51 @@ struct attention_steps {
         }
     }
 
+    /// Register blocks of the tile products: MR rows × CQ vectors of accumulators (24 of AVX-512's 32
+    /// registers, 12 of AVX2's and SSE's 16), the rest for the streamed vectors and the broadcast.
+    /// Every element is one serial FMA chain in the same order whatever the block, so tail rows (smaller
+    /// blocks) compute exactly what a full block does.
+    static constexpr std::size_t MR = 6;
+    static constexpr std::size_t CQ = arch_ops<Arch>::is_avx512 ? CV : (CV < 2 ? CV : 2);
+    static_assert(NV % CQ == 0);
+
+    /// S rows [r, r + R) from the packed K tile: broadcast q[r + i][d], stream kt[d][·].
+    template <std::size_t R>
+    static void qk_block(const attn_qk_args& a, std::size_t r) noexcept {
+        const std::size_t D = a.head_dim;
+        const float* q0 = a.q + r * D;
+        POSENC_UNROLL for (std::size_t c = 0; c < NV; c += CQ) {
+            batch acc[R][CQ];
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+                POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u] = batch(0.0f);
+            const float* kc = a.kt + c * W;
+            for (std::size_t d = 0; d < D; ++d) {
+                batch kv[CQ];
+                POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
+                POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
+                    const batch qb(q0[i * D + d]);
+                    POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
+                }
+            }
+            if (a.row_scale) {
+                POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
+                    const batch sc(a.row_scale[r + i]);
+                    POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u] *= sc;
+                }
+            }
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+                POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
+        }
+    }
+
     static void qk(const attn_qk_args& a) noexcept {
         if (a.rows <= 2 * RB) return qk_dot(a);
-        const std::size_t D = a.head_dim;
-        const float* kt = a.kt;
         pack_kt(a);
-        for (std::size_t r = 0; r < a.rows; r += RB) {
-            const float* q0 = a.q + r * D;
-            POSENC_UNROLL for (std::size_t c = 0; c < NV; c += CV) {
-                batch acc[RB][CV];
-                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i)
-                    POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u] = batch(0.0f);
-                const float* kc = kt + c * W;
-                for (std::size_t d = 0; d < D; ++d) {
-                    batch kv[CV];
-                    POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
-                    POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
-                        const batch qb(q0[i * D + d]);
-                        POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
-                    }
-                }
-                if (a.row_scale) {
-                    POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
-                        const batch sc(a.row_scale[r + i]);
-                        POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u] *= sc;
-                    }
-                }
-                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i)
-                    POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
-            }
-        }
+        std::size_t r = 0;
+        for (; r + MR <= a.rows; r += MR) qk_block<MR>(a, r);
+        if (a.rows - r >= 4) qk_block<4>(a, r), r += 4;
+        if (a.rows - r >= 2) qk_block<2>(a, r), r += 2;
+        if (a.rows - r >= 1) qk_block<1>(a, r);
     }
 
     static void softmax(const attn_softmax_args& a) noexcept {
@@ -351,7 +376,7 @@ struct attention_steps {
     template <std::size_t R>
     static void pv_rows(const attn_pv_args& a, std::size_t r0) noexcept {
         std::size_t c = 0;
-        for (; c + 4 * W <= a.dv; c += 4 * W) pv_block<R, 4>(a, r0, c);
+        for (; c + CQ * W <= a.dv; c += CQ * W) pv_block<R, CQ>(a, r0, c);
         for (; c + W <= a.dv; c += W) pv_block<R, 1>(a, r0, c);
         if (c < a.dv) pv_tail<R>(a, r0, c);
     }
@@ -430,7 +455,8 @@ struct attention_steps {
         assert(a.acc_stride % 16 == 0 && a.acc_stride >= a.dv);  // pv_tail reads and writes whole vectors
         assert(reinterpret_cast<std::uintptr_t>(a.acc) % 64 == 0);
         std::size_t r = 0;
-        for (; r + RB <= a.rows; r += RB) pv_rows<RB>(a, r);
+        for (; r + MR <= a.rows; r += MR) pv_rows<MR>(a, r);
+        if (a.rows - r >= 4) pv_rows<4>(a, r), r += 4;
         for (; r < a.rows; ++r) pv_rows<1>(a, r);
     }
 };
