@@ -19,8 +19,9 @@ inline constexpr std::size_t attn_key_tile = 64;
 inline constexpr std::size_t attn_row_block = 4;
 
 /// S[r][j] = Σ_d q[r][d]·k_j[d] for r < rows (a multiple of attn_row_block), j < attn_key_tile
-/// (keys ≥ `keys` give 0). q: dense [rows][head_dim]; key j at k + j·k_stride; kt: scratch of
-/// head_dim·attn_key_tile floats, 64-byte aligned.
+/// (keys ≥ `keys` give 0), times row_scale[r] when row_scale is set (the sum rounded, then the
+/// product: the bits of scaling S afterwards). q: dense [rows][head_dim]; key j at k + j·k_stride;
+/// kt: scratch of head_dim·attn_key_tile floats, 64-byte aligned.
 struct attn_qk_args {
     const float* q = nullptr;
     std::size_t rows = 0;
@@ -30,6 +31,7 @@ struct attn_qk_args {
     std::size_t keys = 0;
     float* kt = nullptr;
     float* s = nullptr;
+    const float* row_scale = nullptr;
 };
 
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):

@@ -4,10 +4,11 @@
 // function compiled with AVX-512 flags could replace the baseline copy at link time), so no std::
 // helpers either: std::max, std::exp(float) are inline functions the linker would merge.
 //
-// QKᵀ: K's tile is transposed into scratch ([head_dim][64], keys contiguous) so that the inner loop
-// broadcasts one q element and multiplies a vector of keys; a 4-row × 4-vector register block gives
-// 16 FMAs per 4 vector loads and 4 broadcasts. PV: V rows are already contiguous over Dv: a 4-row ×
-// 4-vector block broadcasts p and streams V. The transposition costs head_dim·64 moves per tile,
+// QKᵀ: K's tile is transposed into scratch ([head_dim][64], keys contiguous, W × W blocks through
+// registers) so that the inner loop broadcasts one q element and multiplies a vector of keys; a
+// 6-row × 4-vector register block (AVX-512) gives 24 FMAs per 4 vector loads and 6 broadcasts. PV: V
+// rows are contiguous over Dv (the caller packs a tile of them): the same block broadcasts p and
+// streams V. The transposition costs head_dim·64 moves per tile,
 // shared by every query row of the tile (rows = G·query tokens); for 8 rows or fewer (decode) QKᵀ
 // takes dot products along D instead.
 
@@ -73,9 +74,18 @@ struct attention_steps {
         p = xsimd::fma(p, r, batch(1.6666665459e-1f));
         p = xsimd::fma(p, r, batch(5.0000001201e-1f));
         p = xsimd::fma(p * r, r, r) + batch(1.0f);
-        const ibatch bits = (xsimd::to_int(n) + ibatch(127)) << 23;
-        const batch scaled = p * xsimd::bitwise_cast<batch>(bits);
-        return xsimd::select(x < batch(-87.0f), batch(0.0f), scaled);
+#if defined(__AVX512F__)
+        // vscalefps rounds p·2ⁿ once, as the product with 2ⁿ's bits does (subnormal results included):
+        // one instruction instead of four.
+        if constexpr (arch_ops<Arch>::is_avx512)
+            return xsimd::select(x < batch(-87.0f), batch(0.0f), batch(_mm512_scalef_ps(p, n)));
+        else
+#endif
+        {
+            const ibatch bits = (xsimd::to_int(n) + ibatch(127)) << 23;
+            const batch scaled = p * xsimd::bitwise_cast<batch>(bits);
+            return xsimd::select(x < batch(-87.0f), batch(0.0f), scaled);
+        }
     }
 
     /// tanh: odd Taylor series through x⁹ for |x| < 0.3 (remainder < 2e-8 relative), else
@@ -99,12 +109,14 @@ struct attention_steps {
         b.store_aligned(t);
         return t[0];
     }
-    static float hmax(const batch& b) noexcept {
-        alignas(64) float t[W];
-        b.store_aligned(t);
-        float m = t[0];
-        for (std::size_t i = 1; i < W; ++i) m = t[i] > m ? t[i] : m;
-        return m;
+    /// The same pairwise tree as hsum, in registers (max is exact: the order cannot change the result).
+    static float hmax(batch v) noexcept {
+        using ops = arch_ops<Arch>;
+        if constexpr (W >= 16) v = xsimd::max(v, ops::template lanes_above<8>(v));
+        if constexpr (W >= 8) v = xsimd::max(v, ops::template lanes_above<4>(v));
+        if constexpr (W >= 4) v = xsimd::max(v, ops::template lanes_above<2>(v));
+        if constexpr (W >= 2) v = xsimd::max(v, ops::template lanes_above<1>(v));
+        return v.get(0);
     }
     /// Pairwise, not a serial chain, in registers (a loop over a stored copy was scalar at -O2).
     static float hsum(const batch& b) noexcept { return arch_ops<Arch>::pairwise_sum(b); }
@@ -139,8 +151,9 @@ struct attention_steps {
                         x0 += q0[i * D + d] * k0[d];
                         x1 += q0[i * D + d] * k1[d];
                     }
-                    a.s[(r0 + i) * BK + j] = x0;
-                    a.s[(r0 + i) * BK + j + 1] = x1;
+                    const float sc = a.row_scale ? a.row_scale[r0 + i] : 1.0f;
+                    a.s[(r0 + i) * BK + j] = a.row_scale ? x0 * sc : x0;
+                    a.s[(r0 + i) * BK + j + 1] = a.row_scale ? x1 * sc : x1;
                 }
             }
         }
@@ -157,41 +170,147 @@ struct attention_steps {
                 POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
                     float x = hsum(acc[i]);
                     for (std::size_t d = Dw; d < D; ++d) x += q0[i * D + d] * kr[d];
-                    a.s[(r0 + i) * BK + j] = x;
+                    a.s[(r0 + i) * BK + j] = a.row_scale ? x * a.row_scale[r0 + i] : x;
                 }
             }
         }
     }
 
+    /// r[i] ← column i of the W × W block whose rows are r[0..W) (in registers: shuffles, no stores).
+    static void transpose(batch (&r)[W]) noexcept {
+#if defined(__AVX512F__)
+        if constexpr (arch_ops<Arch>::is_avx512) {
+            // Four perfect shuffles (row i with row i + 8, interleaved) transpose 16 × 16.
+            const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+            POSENC_UNROLL for (int stage = 0; stage < 4; ++stage) {
+                __m512 t[16];
+                POSENC_UNROLL for (std::size_t i = 0; i < 8; ++i) {
+                    t[2 * i] = _mm512_permutex2var_ps(r[i], lo, r[i + 8]);
+                    t[2 * i + 1] = _mm512_permutex2var_ps(r[i], hi, r[i + 8]);
+                }
+                POSENC_UNROLL for (std::size_t i = 0; i < 16; ++i) r[i] = t[i];
+            }
+            return;
+        } else
+#endif
+#if defined(__AVX2__)
+        if constexpr (arch_ops<Arch>::is_avx2) {
+            __m256 t[8], u[8];
+            POSENC_UNROLL for (std::size_t i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+            POSENC_UNROLL for (std::size_t i = 0; i < 8; i += 4) {
+                u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+                u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+                u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+            }
+            POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i) {
+                r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+                r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+            }
+            return;
+        } else
+#endif
+#if defined(__SSE2__)
+        if constexpr (W == 4 && (arch_ops<Arch>::is_sse4_1 || arch_ops<Arch>::is_sse2)) {
+            const __m128 t0 = _mm_unpacklo_ps(r[0], r[1]), t1 = _mm_unpackhi_ps(r[0], r[1]);
+            const __m128 t2 = _mm_unpacklo_ps(r[2], r[3]), t3 = _mm_unpackhi_ps(r[2], r[3]);
+            r[0] = _mm_movelh_ps(t0, t2);
+            r[1] = _mm_movehl_ps(t2, t0);
+            r[2] = _mm_movelh_ps(t1, t3);
+            r[3] = _mm_movehl_ps(t3, t1);
+            return;
+        } else
+#endif
+        {
+            alignas(64) float m[W][W];
+            for (std::size_t i = 0; i < W; ++i) r[i].store_aligned(m[i]);
+            for (std::size_t i = 0; i < W; ++i)
+                for (std::size_t j = 0; j < i; ++j) {
+                    const float x = m[i][j];
+                    m[i][j] = m[j][i];
+                    m[j][i] = x;
+                }
+            for (std::size_t i = 0; i < W; ++i) r[i] = batch::load_aligned(m[i]);
+        }
+    }
+
+    /// kt[d][j] = k_j[d] (0 for keys ≥ a.keys): W keys × W dims at a time through registers, the
+    /// last D mod W dims per element.
+    static void pack_kt(const attn_qk_args& a) noexcept {
+        const std::size_t D = a.head_dim, Dw = D / W * W;
+        float* kt = a.kt;
+        for (std::size_t j0 = 0; j0 < BK; j0 += W) {
+            const std::size_t n = a.keys > j0 ? (a.keys - j0 < W ? a.keys - j0 : W) : 0;
+            const float* k0 = n > 0 ? a.k + j0 * a.k_stride : a.k;
+            if (n == W) {
+                for (std::size_t d0 = 0; d0 < Dw; d0 += W) {
+                    batch r[W];
+                    POSENC_UNROLL for (std::size_t i = 0; i < W; ++i) r[i] = batch::load_unaligned(k0 + i * a.k_stride + d0);
+                    transpose(r);
+                    POSENC_UNROLL for (std::size_t i = 0; i < W; ++i) r[i].store_aligned(kt + (d0 + i) * BK + j0);
+                }
+            } else {
+                for (std::size_t d0 = 0; d0 < Dw; d0 += W) {
+                    batch r[W];
+                    for (std::size_t i = 0; i < W; ++i) r[i] = i < n ? batch::load_unaligned(k0 + i * a.k_stride + d0) : batch(0.0f);
+                    transpose(r);
+                    for (std::size_t i = 0; i < W; ++i) r[i].store_aligned(kt + (d0 + i) * BK + j0);
+                }
+            }
+            for (std::size_t d = Dw; d < D; ++d)
+                for (std::size_t i = 0; i < W; ++i) kt[d * BK + j0 + i] = i < n ? k0[i * a.k_stride + d] : 0.0f;
+        }
+    }
+
+    /// Register blocks of the tile products: MR rows × CQ vectors of accumulators (24 of AVX-512's 32
+    /// registers, 12 of AVX2's and SSE's 16), the rest for the streamed vectors and the broadcast.
+    /// Every element is one serial FMA chain in the same order whatever the block, so tail rows (smaller
+    /// blocks) compute exactly what a full block does.
+    static constexpr std::size_t MR = 6;
+    static constexpr std::size_t CQ = arch_ops<Arch>::is_avx512 ? CV : (CV < 2 ? CV : 2);
+    static_assert(NV % CQ == 0);
+
+    /// S rows [r, r + R) from the packed K tile: broadcast q[r + i][d], stream kt[d][·].
+    template <std::size_t R>
+    static void qk_block(const attn_qk_args& a, std::size_t r) noexcept {
+        const std::size_t D = a.head_dim;
+        const float* q0 = a.q + r * D;
+        POSENC_UNROLL for (std::size_t c = 0; c < NV; c += CQ) {
+            batch acc[R][CQ];
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+                POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u] = batch(0.0f);
+            const float* kc = a.kt + c * W;
+            for (std::size_t d = 0; d < D; ++d) {
+                batch kv[CQ];
+                POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
+                POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
+                    const batch qb(q0[i * D + d]);
+                    POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
+                }
+            }
+            if (a.row_scale) {
+                POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
+                    const batch sc(a.row_scale[r + i]);
+                    POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u] *= sc;
+                }
+            }
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+                POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
+        }
+    }
+
     static void qk(const attn_qk_args& a) noexcept {
         if (a.rows <= 2 * RB) return qk_dot(a);
-        const std::size_t D = a.head_dim;
-        float* kt = a.kt;
-        for (std::size_t d = 0; d < D; ++d)
-            for (std::size_t j = a.keys; j < BK; ++j) kt[d * BK + j] = 0.0f;
-        for (std::size_t j = 0; j < a.keys; ++j) {
-            const float* kr = a.k + j * a.k_stride;
-            for (std::size_t d = 0; d < D; ++d) kt[d * BK + j] = kr[d];
-        }
-        for (std::size_t r = 0; r < a.rows; r += RB) {
-            const float* q0 = a.q + r * D;
-            POSENC_UNROLL for (std::size_t c = 0; c < NV; c += CV) {
-                batch acc[RB][CV];
-                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i)
-                    POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u] = batch(0.0f);
-                const float* kc = kt + c * W;
-                for (std::size_t d = 0; d < D; ++d) {
-                    batch kv[CV];
-                    POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
-                    POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
-                        const batch qb(q0[i * D + d]);
-                        POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
-                    }
-                }
-                POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i)
-                    POSENC_UNROLL for (std::size_t u = 0; u < CV; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
-            }
-        }
+        pack_kt(a);
+        std::size_t r = 0;
+        for (; r + MR <= a.rows; r += MR) qk_block<MR>(a, r);
+        if (a.rows - r >= 4) qk_block<4>(a, r), r += 4;
+        if (a.rows - r >= 2) qk_block<2>(a, r), r += 2;
+        if (a.rows - r >= 1) qk_block<1>(a, r);
     }
 
     static void softmax(const attn_softmax_args& a) noexcept {
@@ -221,7 +340,8 @@ struct attention_steps {
                 p.store_aligned(s + u * W);
                 sum += p;
             }
-            const float alpha = m_old == ninf ? 0.0f : lane0(exp_nonpositive(batch(m_old - m_new)));
+            // (e^0 is exactly 1 in exp_nonpositive, so an unchanged max skips the call, not the bits.)
+            const float alpha = m_old == ninf ? 0.0f : m_old == m_new ? 1.0f : lane0(exp_nonpositive(batch(m_old - m_new)));
             a.l[r] = a.l[r] * alpha + hsum(sum);
             a.m[r] = m_new;
             if (alpha != 1.0f) {
@@ -256,7 +376,7 @@ struct attention_steps {
     template <std::size_t R>
     static void pv_rows(const attn_pv_args& a, std::size_t r0) noexcept {
         std::size_t c = 0;
-        for (; c + 4 * W <= a.dv; c += 4 * W) pv_block<R, 4>(a, r0, c);
+        for (; c + CQ * W <= a.dv; c += CQ * W) pv_block<R, CQ>(a, r0, c);
         for (; c + W <= a.dv; c += W) pv_block<R, 1>(a, r0, c);
         if (c < a.dv) pv_tail<R>(a, r0, c);
     }
@@ -335,7 +455,8 @@ struct attention_steps {
         assert(a.acc_stride % 16 == 0 && a.acc_stride >= a.dv);  // pv_tail reads and writes whole vectors
         assert(reinterpret_cast<std::uintptr_t>(a.acc) % 64 == 0);
         std::size_t r = 0;
-        for (; r + RB <= a.rows; r += RB) pv_rows<RB>(a, r);
+        for (; r + MR <= a.rows; r += MR) pv_rows<MR>(a, r);
+        if (a.rows - r >= 4) pv_rows<4>(a, r), r += 4;
         for (; r < a.rows; ++r) pv_rows<1>(a, r);
     }
 };

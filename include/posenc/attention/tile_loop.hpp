@@ -88,12 +88,12 @@ struct attn_state {
 /// folded segments.
 struct attn_scratch {
     attn_floats q, kt, s, acc, krot, vbuf, total_acc;
-    std::vector<float> m, l, scale, total_m, total_l;
+    std::vector<float> m, l, scale, row_scale, total_m, total_l;
     attn_scratch(const attn_shape& sh, bool key_copy, bool value_copy)
         : q(sh.rows_pad * sh.D), kt(sh.D * simd::attn_key_tile), s(sh.rows_pad * simd::attn_key_tile),
           acc(sh.rows_pad * sh.acc_stride), krot(key_copy ? simd::attn_key_tile * sh.D : 0),
-          vbuf(value_copy ? simd::attn_key_tile * sh.Dv : 0), total_acc(sh.rows_pad * sh.acc_stride), m(sh.rows_pad),
-          l(sh.rows_pad), scale(sh.tile_tokens), total_m(sh.rows_pad), total_l(sh.rows_pad) {}
+          vbuf(value_copy || sh.rows_pad > 2 * simd::attn_row_block ? simd::attn_key_tile * sh.Dv : 0), total_acc(sh.rows_pad * sh.acc_stride), m(sh.rows_pad),
+          l(sh.rows_pad), scale(sh.tile_tokens), row_scale(sh.rows_pad), total_m(sh.rows_pad), total_l(sh.rows_pad) {}
     [[nodiscard]] attn_state segment() noexcept { return {m.data(), l.data(), acc.data()}; }
     [[nodiscard]] attn_state total() noexcept { return {total_m.data(), total_l.data(), total_acc.data()}; }
 };
@@ -141,6 +141,7 @@ struct attn_call {
         t.qs = slice_positions(qpos, t.t0, t.nq);
         transform_queries(enc.transform, heads_view<float>(w.q.data(), {t.nq, G, D}), t.qs);
         for (std::size_t i = 0; i < t.nq; ++i) w.scale[i] = static_cast<float>(enc.scale.scale(t.qs[i], D));
+        for (std::size_t r = 0; r < t.rows_pad; ++r) w.row_scale[r] = r < t.R ? w.scale[r / G] : 0.0f;
         std::tie(t.q_lo, t.q_hi) = t.qs.bounds();
         if (!opt.query_sequence.empty()) {
             const auto ids = opt.query_sequence.subspan(t.t0, t.nq);
@@ -190,7 +191,9 @@ struct attn_call {
                 kstride = k.token_stride();
             }
             if (rotate_keys()) transform_keys(enc.transform, heads_view<float>(w.krot.data(), {nk, 1, D}), ks);
-            ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data()});
+            // scale_then_add: the qk step scales each row as it stores it (the same single rounding).
+            ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data(),
+                    add_then_scale ? nullptr : w.row_scale.data()});
 
             for (std::size_t r = 0; r < R; ++r) {
                 const std::size_t i = r / G, head = hk * G + r % G;
@@ -203,7 +206,6 @@ struct attn_call {
                     add_bias_to_scores(enc.bias, head, qp, ks, row, qrow);
                     for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
                 } else {
-                    for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
                     add_bias_to_scores(enc.bias, head, qp, ks, row, qrow);
                 }
                 if (vis == tile_visibility::partial) {
@@ -215,6 +217,11 @@ struct attn_call {
             ker.softmax({w.s.data(), R, nk, st.m, st.l, st.acc, sh.acc_stride, sh.Dv, opt.softcap});
             if constexpr (widen) {
                 ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
+                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride});
+            } else if (R > 2 * simd::attn_row_block && v.token_stride() != sh.Dv) {
+                // Packed once per tile: rows a token stride (KiBs) apart share L1 sets, and the pv step
+                // streams the tile once per block of rows.
+                for (std::size_t j = 0; j < nk; ++j) std::copy_n(v.row(j0 + j, hk), sh.Dv, w.vbuf.data() + j * sh.Dv);
                 ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride});
             } else {
                 ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride});
