@@ -11,6 +11,9 @@
 // streams V. The transposition costs head_dim·64 moves per tile,
 // shared by every query row of the tile (rows = G·query tokens); for 8 rows or fewer (decode) QKᵀ
 // takes dot products along D instead.
+//
+// Over 450 lines: one struct of steps that share the block shapes, the prefetch and the exp; split
+// into files, each would need them again (and the COMDAT rule forbids sharing them as helpers).
 
 #include <cassert>
 #include <cstddef>
