@@ -662,6 +662,9 @@ TEST_CASE("attention over a kv_cache: another query transform is rejected", "[at
     CHECK(custom_message(custom.transform()) == "(no error)");
     CHECK_THAT(custom_message(engine_kv_test::shift_transform{2.0f}), Catch::Contains("compares unequal"));
     posenc::kv_cache nope_cache(posenc::nope{}, {.kv_heads = 1, .head_dim = D, .capacity = 8});
+    std::vector<float> q_wide(2 * 2 * D);  // queries wider than the cache's keys (NoPE: no transform width): q is named
+    CHECK_THROWS_WITH(posenc::attention(posenc::attention_encoding{posenc::nope{}}, hv(q_wide, 2, 1, 2 * D), nope_cache, hv(out, 2, 1, D), qp),
+                      Catch::Contains("q.head_dim = 32") && Catch::Contains("cache's head_dim = 16"));
     CHECK_THROWS_WITH(posenc::attention(posenc::attention_encoding{rope}, hv(q, 2, 1, D), nope_cache, hv(out, 2, 1, D), qp),
                       Catch::Contains("half_split RoPE, but the cache's keys were transformed by NoPE"));
 }

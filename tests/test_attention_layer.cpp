@@ -332,6 +332,14 @@ TEST_CASE("attention_layer: bad input throws naming the field, nothing written",
                                                 view_of(o, 0, 1, H, D)); },
                             "q.heads", "2");
         unchanged();
+        // queries of the wrong head_dim, also on a NoPE layer (no transform width to tell): q is named
+        std::vector<float> q_half(H * D / 2, 0.5f);
+        expect_config_error([&] { layer.attend(cview_of(q_half, 0, 1, H, D / 2), p12, view_of(o, 0, 1, H, D)); }, "q.head_dim",
+                            std::to_string(D / 2));
+        posenc::attention_layer nope_layer(std::nullopt, posenc::causal_mask{}, posenc::any_scale{}, shape);
+        expect_config_error([&] { nope_layer.attend(cview_of(q_half, 0, 1, H, D / 2), p12, view_of(o, 0, 1, H, D)); }, "q.head_dim",
+                            std::to_string(D / 2));
+        unchanged();
         // out of the wrong length: attention's check, run before the append
         expect_config_error([&] { layer.prefill(cview_of(q, 0, 1, H, D), cview_of(k, 0, 1, Hkv, D), cview_of(v, 0, 1, Hkv, D), p12,
                                                 view_of(o, 0, 2, H, D)); },
@@ -375,15 +383,13 @@ TEST_CASE("attention_layer<bf16>: a bf16 cache and the engine's executor give th
     const std::size_t T = 2100, H = 4, Hkv = 1, D = 256;  // enough work for 2 threads in decode (split-KV)
     const problem p = make_problem(T, H, Hkv, D, 3, 1, 77);
     std::size_t tasks = 0;
-    auto layers = posenc::hf::make_attention_layers<posenc::bf16>(g, T + 4);
-    auto& layer = layers[5];  // a full-attention layer (causal)
-    REQUIRE(layer.mask().kind() == "causal");
     posenc::attention_layer_options o{.threads = 2};
     o.executor_fn = [&tasks](std::size_t n, const std::function<void(std::size_t)>& task) {
         for (std::size_t i = 0; i < n; ++i, ++tasks) task(i);
     };
-    posenc::basic_attention_layer<posenc::bf16> pooled(*layers[5].rope(), posenc::causal_mask{}, layers[5].scale(),
-                                                       layers[5].shape(), o);
+    auto layers = posenc::hf::make_attention_layers<posenc::bf16>(g, T + 4, 0, o);  // the engine's pool for every layer
+    auto& pooled = layers[5];  // a full-attention layer (causal)
+    REQUIRE(pooled.mask().kind() == "causal");
     pooled.append(cview_of(p.k, 0, T, Hkv, D), cview_of(p.v, 0, T, Hkv, D), posenc::position_ids(p.pos));
     CHECK(tasks > 0);  // the append's rotation ran on the executor
     tasks = 0;

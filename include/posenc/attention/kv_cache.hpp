@@ -384,6 +384,8 @@ void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view
                const kv_cache<CacheTransform, Storage>& cache, heads_view<float> out, const position_ids& q_positions,
                const Mask& mask = {}, attention_options options = {}) {
     detail::require_cache_transform(enc.transform, cache.transform());
+    detail::require(q.head_dim() == cache.head_dim(), "q.head_dim", q.head_dim(),
+                    "must equal the cache's head_dim = " + detail::to_text(cache.head_dim()));
     options.keys_transformed = true;
     attention(enc, q, cache.keys(), cache.values(), out, q_positions, cache.positions(), mask, options);
 }

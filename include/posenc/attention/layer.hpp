@@ -139,6 +139,7 @@ struct attention_layer_options {
     bool needs_sinks = false;   ///< the model has sinks: attend throws until they are given
     unsigned threads = 1;       ///< attention's threads and the cache append's (bit-identical for any count)
     executor executor_fn{};     ///< runs those threads on the engine's pool (attention_options::executor)
+    std::size_t min_fmas_per_thread = std::size_t{1} << 21;  ///< attention_options::min_fmas_per_thread
 };
 
 /// The layer with K/V cached as Storage (float, bf16 or fp16: kv_cache<Transform, Storage>); an
@@ -193,6 +194,13 @@ public:
         opt_.threads = n ? n : 1;
         with([&](auto& s) {
             if constexpr (requires { s.cache.set_threads(n); }) s.cache.set_threads(opt_.threads);
+        });
+    }
+    /// Runs attention's and the cache append's threads on the engine's pool; empty: posenc's own.
+    void set_executor(executor ex) {
+        opt_.executor_fn = std::move(ex);
+        with([&](auto& s) {
+            if constexpr (requires { s.cache.set_executor(opt_.executor_fn); }) s.cache.set_executor(opt_.executor_fn);
         });
     }
 
@@ -274,13 +282,16 @@ private:
     // What the layer knows beyond attention's own checks: its head count and whether it needs sinks.
     void check_queries(const heads_view<const float>& q) const {
         detail::require(q.heads() == shape_.heads, "q.heads", q.heads(), "must equal the layer's heads = " + detail::to_text(shape_.heads));
+        detail::require(q.head_dim() == shape_.head_dim, "q.head_dim", q.head_dim(),
+                        "must equal the layer's head_dim = " + detail::to_text(shape_.head_dim));
         if (opt_.needs_sinks && opt_.sinks.empty())
             throw config_error("sinks", "none", "this layer has learned sink logits: set_sinks with one per query head = " +
                                                     detail::to_text(shape_.heads));
     }
 
     [[nodiscard]] attention_options options() const {
-        attention_options o{.softcap = opt_.softcap, .sinks = opt_.sinks, .threads = opt_.threads};
+        attention_options o{.softcap = opt_.softcap, .sinks = opt_.sinks, .threads = opt_.threads,
+                            .min_fmas_per_thread = opt_.min_fmas_per_thread};
         o.executor = opt_.executor_fn;
         return o;
     }

@@ -105,6 +105,8 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
                        const kv_cache<CacheTransform, Storage>& cache, heads_view<float> out, std::span<float> lse,
                        const position_ids& q_positions, const Mask& mask = {}, attention_options options = {}) {
     detail::require_cache_transform(enc.transform, cache.transform());
+    detail::require(q.head_dim() == cache.head_dim(), "q.head_dim", q.head_dim(),
+                    "must equal the cache's head_dim = " + detail::to_text(cache.head_dim()));
     options.keys_transformed = true;
     detail::attention_partial_checked<attention_encoding<Transform, Bias, Scale>, Storage>(
         enc, q, cache.keys(), cache.values(), out, lse, q_positions, cache.positions(), mask, options);

@@ -31,6 +31,14 @@ namespace posenc::hf {
     return causal_mask{};
 }
 
+/// The engine's options with the layer's own softcap and sinks requirement from the config.
+[[nodiscard]] inline attention_layer_options with_config(attention_layer_options o, const layer_encoding& l) {
+    o.softcap = l.softcap;
+    o.sinks.clear();
+    o.needs_sinks = l.sinks;
+    return o;
+}
+
 [[nodiscard]] inline any_scale scale_of(const layer_encoding& l) {
     if (l.temperature) return temperature_scale{*l.temperature};
     return fixed_scale{l.scale};
@@ -38,9 +46,12 @@ namespace posenc::hf {
 
 /// Layer `index` of `model`, its cache holding `capacity` tokens; `seq_len` selects dynamic_ntk's
 /// base and longrope's factors (0 = not known), as rope_spec::make_rotary.
+/// `options`: the engine's threads, executor and work threshold (softcap and sinks come from the
+/// config: the ones given here are replaced).
 template <storage_type Storage = float>
 [[nodiscard]] basic_attention_layer<Storage> make_attention_layer(const model_layers& model, std::size_t index,
-                                                                  std::size_t capacity, std::int64_t seq_len = 0) {
+                                                                  std::size_t capacity, std::int64_t seq_len = 0,
+                                                                  attention_layer_options options = {}) {
     if (index >= model.layers.size())
         throw range_error("posenc: layer " + detail::to_text(index) + " of a model of " + detail::to_text(model.layers.size()) +
                           " layers");
@@ -53,17 +64,18 @@ template <storage_type Storage = float>
     if (l.rope) rope.emplace(l.rope->make_rotary(seq_len));
     return basic_attention_layer<Storage>(std::move(rope), mask_of(l), scale_of(l),
                            {.heads = model.heads, .kv_heads = model.kv_heads, .head_dim = model.head_dim, .capacity = capacity},
-                           {.softcap = l.softcap, .sinks = {}, .needs_sinks = l.sinks});
+                           with_config(std::move(options), l));
 }
 
 /// Every layer of `model`, in order (make_attention_layers<posenc::bf16>(...): bf16 caches).
 template <storage_type Storage = float>
 [[nodiscard]] std::vector<basic_attention_layer<Storage>> make_attention_layers(const model_layers& model, std::size_t capacity,
-                                                                                std::int64_t seq_len = 0) {
+                                                                                std::int64_t seq_len = 0,
+                                                                                const attention_layer_options& options = {}) {
     std::vector<basic_attention_layer<Storage>> out;
     out.reserve(model.layers.size());
     for (std::size_t i = 0; i < model.layers.size(); ++i)
-        out.push_back(make_attention_layer<Storage>(model, i, capacity, seq_len));
+        out.push_back(make_attention_layer<Storage>(model, i, capacity, seq_len, options));
     return out;
 }
 
