@@ -255,7 +255,7 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
 
     std::vector<attn_scratch> scratch;  // allocated here, before any thread starts
     scratch.reserve(threads);
-    for (unsigned i = 0; i < threads; ++i) scratch.emplace_back(sh, call.key_copy(), call.widen);
+    for (unsigned i = 0; i < threads; ++i) scratch.emplace_back(sh, call.key_copy(), false);
     const attn_sink_and_lse extra{opt.sinks, lse};
 
     if (!split) {

@@ -20,18 +20,20 @@ inline constexpr std::size_t attn_row_block = 4;
 
 /// S[r][j] = Σ_d q[r][d]·k_j[d] for r < rows (a multiple of attn_row_block), j < attn_key_tile
 /// (keys ≥ `keys` give 0), times row_scale[r] when row_scale is set (the sum rounded, then the
-/// product: the bits of scaling S afterwards). q: dense [rows][head_dim]; key j at k + j·k_stride;
+/// product: the bits of scaling S afterwards). q: dense [rows][head_dim]; key j at k + j·k_stride
+/// elements of k_type (16-bit keys are widened exactly as they are loaded: the float keys' bits);
 /// kt: scratch of head_dim·attn_key_tile floats, 64-byte aligned.
 struct attn_qk_args {
     const float* q = nullptr;
     std::size_t rows = 0;
     std::size_t head_dim = 0;
-    const float* k = nullptr;
+    const void* k = nullptr;
     std::size_t k_stride = 0;
     std::size_t keys = 0;
     float* kt = nullptr;
     float* s = nullptr;
     const float* row_scale = nullptr;
+    dtype k_type = dtype::f32;
 };
 
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):
@@ -50,18 +52,20 @@ struct attn_softmax_args {
     float softcap = 0.0f;
 };
 
-/// acc[r][0, dv) += Σ_{j < keys} p[r][j]·v_j, v_j at v + j·v_stride. acc is 64-byte aligned and
-/// acc_stride a multiple of 16 floats ≥ dv: the lanes [dv, acc_stride) are scratch (the last
-/// vector of a row is read and written whole).
+/// acc[r][0, dv) += Σ_{j < keys} p[r][j]·v_j, v_j at v + j·v_stride elements of v_type (16-bit
+/// values widened exactly as they are loaded). acc is 64-byte aligned and acc_stride a multiple of
+/// 16 floats ≥ dv: the lanes [dv, acc_stride) are scratch (the last vector of a row is read and
+/// written whole).
 struct attn_pv_args {
     const float* p = nullptr;
     std::size_t rows = 0;
     std::size_t keys = 0;
-    const float* v = nullptr;
+    const void* v = nullptr;
     std::size_t v_stride = 0;
     std::size_t dv = 0;
     float* acc = nullptr;
     std::size_t acc_stride = 0;
+    dtype v_type = dtype::f32;
 };
 
 /// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps);

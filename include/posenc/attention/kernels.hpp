@@ -126,22 +126,24 @@ struct attention_steps {
 
     /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
     /// never transposed; the transposition would cost more than these rows' FMAs.
+    template <class E>
     static void qk_dot(const attn_qk_args& a) noexcept {
+        const E* k = static_cast<const E*>(a.k);
         const std::size_t D = a.head_dim, Dw = D / W * W;
         for (std::size_t r = 0; r < a.rows; ++r)
             for (std::size_t j = a.keys; j < BK; ++j) a.s[r * BK + j] = 0.0f;
         std::size_t j = 0;
         for (; j + 2 <= a.keys; j += 2) {  // two keys at a time: each q vector loaded once for both
-            const float* k0 = a.k + j * a.k_stride;
-            const float* k1 = k0 + a.k_stride;
-            prefetch_row(a.k, j + prefetch_rows, a.k_stride, D);
-            prefetch_row(a.k, j + 1 + prefetch_rows, a.k_stride, D);
+            const E* k0 = k + j * a.k_stride;
+            const E* k1 = k0 + a.k_stride;
+            prefetch_row(k, j + prefetch_rows, a.k_stride, D);
+            prefetch_row(k, j + 1 + prefetch_rows, a.k_stride, D);
             for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
                 const float* q0 = a.q + r0 * D;
                 batch acc0[RB], acc1[RB];
                 POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) acc0[i] = acc1[i] = batch(0.0f);
                 for (std::size_t d = 0; d < Dw; d += W) {
-                    const batch kv0 = batch::load_unaligned(k0 + d), kv1 = batch::load_unaligned(k1 + d);
+                    const batch kv0 = arch_ops<Arch>::load(k0 + d), kv1 = arch_ops<Arch>::load(k1 + d);
                     POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
                         const batch qv = batch::load_unaligned(q0 + i * D + d);
                         acc0[i] = xsimd::fma(qv, kv0, acc0[i]);
@@ -151,8 +153,8 @@ struct attention_steps {
                 POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
                     float x0 = hsum(acc0[i]), x1 = hsum(acc1[i]);
                     for (std::size_t d = Dw; d < D; ++d) {
-                        x0 += q0[i * D + d] * k0[d];
-                        x1 += q0[i * D + d] * k1[d];
+                        x0 += q0[i * D + d] * to_float(k0[d]);
+                        x1 += q0[i * D + d] * to_float(k1[d]);
                     }
                     const float sc = a.row_scale ? a.row_scale[r0 + i] : 1.0f;
                     a.s[(r0 + i) * BK + j] = a.row_scale ? x0 * sc : x0;
@@ -161,18 +163,18 @@ struct attention_steps {
             }
         }
         for (; j < a.keys; ++j) {
-            const float* kr = a.k + j * a.k_stride;
+            const E* kr = k + j * a.k_stride;
             for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
                 const float* q0 = a.q + r0 * D;
                 batch acc[RB];
                 POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) acc[i] = batch(0.0f);
                 for (std::size_t d = 0; d < Dw; d += W) {
-                    const batch kv = batch::load_unaligned(kr + d);
+                    const batch kv = arch_ops<Arch>::load(kr + d);
                     POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) acc[i] = xsimd::fma(batch::load_unaligned(q0 + i * D + d), kv, acc[i]);
                 }
                 POSENC_UNROLL for (std::size_t i = 0; i < RB; ++i) {
                     float x = hsum(acc[i]);
-                    for (std::size_t d = Dw; d < D; ++d) x += q0[i * D + d] * kr[d];
+                    for (std::size_t d = Dw; d < D; ++d) x += q0[i * D + d] * to_float(kr[d]);
                     a.s[(r0 + i) * BK + j] = a.row_scale ? x * a.row_scale[r0 + i] : x;
                 }
             }
@@ -243,29 +245,31 @@ struct attention_steps {
 
     /// kt[d][j] = k_j[d] (0 for keys ≥ a.keys): W keys × W dims at a time through registers, the
     /// last D mod W dims per element.
+    template <class E>
     static void pack_kt(const attn_qk_args& a) noexcept {
+        const E* k = static_cast<const E*>(a.k);
         const std::size_t D = a.head_dim, Dw = D / W * W;
         float* kt = a.kt;
         for (std::size_t j0 = 0; j0 < BK; j0 += W) {
             const std::size_t n = a.keys > j0 ? (a.keys - j0 < W ? a.keys - j0 : W) : 0;
-            const float* k0 = n > 0 ? a.k + j0 * a.k_stride : a.k;
+            const E* k0 = n > 0 ? k + j0 * a.k_stride : k;
             if (n == W) {
                 for (std::size_t d0 = 0; d0 < Dw; d0 += W) {
                     batch r[W];
-                    POSENC_UNROLL for (std::size_t i = 0; i < W; ++i) r[i] = batch::load_unaligned(k0 + i * a.k_stride + d0);
+                    POSENC_UNROLL for (std::size_t i = 0; i < W; ++i) r[i] = arch_ops<Arch>::load(k0 + i * a.k_stride + d0);
                     transpose(r);
                     POSENC_UNROLL for (std::size_t i = 0; i < W; ++i) r[i].store_aligned(kt + (d0 + i) * BK + j0);
                 }
             } else {
                 for (std::size_t d0 = 0; d0 < Dw; d0 += W) {
                     batch r[W];
-                    for (std::size_t i = 0; i < W; ++i) r[i] = i < n ? batch::load_unaligned(k0 + i * a.k_stride + d0) : batch(0.0f);
+                    for (std::size_t i = 0; i < W; ++i) r[i] = i < n ? arch_ops<Arch>::load(k0 + i * a.k_stride + d0) : batch(0.0f);
                     transpose(r);
                     for (std::size_t i = 0; i < W; ++i) r[i].store_aligned(kt + (d0 + i) * BK + j0);
                 }
             }
             for (std::size_t d = Dw; d < D; ++d)
-                for (std::size_t i = 0; i < W; ++i) kt[d * BK + j0 + i] = i < n ? k0[i * a.k_stride + d] : 0.0f;
+                for (std::size_t i = 0; i < W; ++i) kt[d * BK + j0 + i] = i < n ? to_float(k0[i * a.k_stride + d]) : 0.0f;
         }
     }
 
@@ -307,8 +311,17 @@ struct attention_steps {
     }
 
     static void qk(const attn_qk_args& a) noexcept {
-        if (a.rows <= 2 * RB) return qk_dot(a);
-        pack_kt(a);
+        if (a.rows <= 2 * RB) {
+            if (a.k_type == dtype::bf16) return qk_dot<bf16>(a);
+            if (a.k_type == dtype::fp16) return qk_dot<fp16>(a);
+            return qk_dot<float>(a);
+        }
+        if (a.k_type == dtype::bf16)
+            pack_kt<bf16>(a);
+        else if (a.k_type == dtype::fp16)
+            pack_kt<fp16>(a);
+        else
+            pack_kt<float>(a);
         std::size_t r = 0;
         for (; r + MR <= a.rows; r += MR) qk_block<MR>(a, r);
         if (a.rows - r >= 4) qk_block<4>(a, r), r += 4;
@@ -357,16 +370,17 @@ struct attention_steps {
         }
     }
 
-    template <std::size_t R, std::size_t C>
+    template <class E, std::size_t R, std::size_t C>
     static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
+        const E* v = static_cast<const E*>(a.v);
         batch acc[R][C];
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
         for (std::size_t j = 0; j < a.keys; ++j) {
-            const float* vr = a.v + j * a.v_stride + c0;
-            if (c0 == 0 && r0 == 0) prefetch_row(a.v, j + prefetch_rows, a.v_stride, a.dv);
+            const E* vr = v + j * a.v_stride + c0;
+            if (c0 == 0 && r0 == 0) prefetch_row(v, j + prefetch_rows, a.v_stride, a.dv);
             batch vv[C];
-            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) vv[u] = batch::load_unaligned(vr + u * W);
+            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) vv[u] = arch_ops<Arch>::load(vr + u * W);
             POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
                 const batch pb(a.p[(r0 + i) * BK + j]);
                 POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = xsimd::fma(pb, vv[u], acc[i][u]);
@@ -376,26 +390,27 @@ struct attention_steps {
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
     }
 
-    template <std::size_t R>
+    template <class E, std::size_t R>
     static void pv_rows(const attn_pv_args& a, std::size_t r0) noexcept {
         std::size_t c = 0;
-        for (; c + CQ * W <= a.dv; c += CQ * W) pv_block<R, CQ>(a, r0, c);
-        for (; c + W <= a.dv; c += W) pv_block<R, 1>(a, r0, c);
-        if (c < a.dv) pv_tail<R>(a, r0, c);
+        for (; c + CQ * W <= a.dv; c += CQ * W) pv_block<E, R, CQ>(a, r0, c);
+        for (; c + W <= a.dv; c += W) pv_block<E, R, 1>(a, r0, c);
+        if (c < a.dv) pv_tail<E, R>(a, r0, c);
     }
 
     /// The last dv − c0 < W columns with the same vector operation per lane as pv_block. (A scalar loop here
     /// rounded differently depending on the number of keys in the tile, so a decode chunk against a
     /// cache differed from prefill in the last bit, with FMA on AVX2 and AVX-512.) The accumulator rows
     /// are padded to 16 lanes; V's are not, so each key's tail is copied into zeroed lanes.
-    template <std::size_t R>
+    template <class E, std::size_t R>
     static void pv_tail(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
+        const E* v = static_cast<const E*>(a.v);
         const std::size_t m = a.dv - c0;
         batch acc[R];
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
         alignas(64) float vt[W] = {};
         for (std::size_t j = 0; j < a.keys; ++j) {
-            std::memcpy(vt, a.v + j * a.v_stride + c0, m * sizeof(float));
+            for (std::size_t i = 0; i < m; ++i) vt[i] = to_float(v[j * a.v_stride + c0 + i]);
             const batch vv = batch::load_aligned(vt);
             POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] = xsimd::fma(batch(a.p[(r0 + i) * BK + j]), vv, acc[i]);
         }
@@ -417,6 +432,7 @@ struct attention_steps {
             for (; i < a.dim; ++i) d[i] = to_float(s[i]);
         }
     }
+    static float to_float(float x) noexcept { return x; }
     static float to_float(bf16 x) noexcept { return detail::bf16_bits_to_float<Arch>(x.bits); }
     static float to_float(fp16 x) noexcept { return detail::fp16_bits_to_float<Arch>(x.bits); }
     static void widen(const attn_widen_args& a) noexcept {
@@ -457,10 +473,16 @@ struct attention_steps {
     static void pv(const attn_pv_args& a) noexcept {
         assert(a.acc_stride % 16 == 0 && a.acc_stride >= a.dv);  // pv_tail reads and writes whole vectors
         assert(reinterpret_cast<std::uintptr_t>(a.acc) % 64 == 0);
+        if (a.v_type == dtype::bf16) return pv_all<bf16>(a);
+        if (a.v_type == dtype::fp16) return pv_all<fp16>(a);
+        pv_all<float>(a);
+    }
+    template <class E>
+    static void pv_all(const attn_pv_args& a) noexcept {
         std::size_t r = 0;
-        for (; r + MR <= a.rows; r += MR) pv_rows<MR>(a, r);
-        if (a.rows - r >= 4) pv_rows<4>(a, r), r += 4;
-        for (; r < a.rows; ++r) pv_rows<1>(a, r);
+        for (; r + MR <= a.rows; r += MR) pv_rows<E, MR>(a, r);
+        if (a.rows - r >= 4) pv_rows<E, 4>(a, r), r += 4;
+        for (; r < a.rows; ++r) pv_rows<E, 1>(a, r);
     }
 };
 

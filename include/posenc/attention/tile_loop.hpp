@@ -124,7 +124,7 @@ struct attn_call {
     using transform_type = std::remove_cvref_t<decltype(enc.transform)>;
     static constexpr bool widen = !std::is_same_v<KV, float>;
     [[nodiscard]] bool rotate_keys() const noexcept { return !is_identity_transform<transform_type> && !opt.keys_transformed; }
-    [[nodiscard]] bool key_copy() const noexcept { return widen || rotate_keys(); }
+    [[nodiscard]] bool key_copy() const noexcept { return rotate_keys(); }
 
     /// Copies item `item`'s queries into w.q, transforms them at their positions and sets their scales.
     attn_query_tile load_queries(std::size_t item, attn_scratch& w) const {
@@ -178,22 +178,24 @@ struct attn_call {
             }
             if (vis == tile_visibility::none) continue;
 
-            const float* kbase = nullptr;
-            std::size_t kstride = D;
-            if constexpr (widen) {
-                ker.widen({k.row(j0, hk), dtype_of<KV>, nk, D, k.token_stride(), w.krot.data(), D});
+            // K from the caller's rows (16-bit ones widened as the qk step loads them), or from a copy
+            // transformed here at the keys' positions.
+            const void* kbase = k.row(j0, hk);
+            std::size_t kstride = k.token_stride();
+            dtype ktype = dtype_of<KV>;
+            if (rotate_keys()) {
+                if constexpr (widen)
+                    ker.widen({k.row(j0, hk), dtype_of<KV>, nk, D, k.token_stride(), w.krot.data(), D});
+                else
+                    for (std::size_t j = 0; j < nk; ++j) std::copy_n(k.row(j0 + j, hk), D, w.krot.data() + j * D);
+                transform_keys(enc.transform, heads_view<float>(w.krot.data(), {nk, 1, D}), ks);
                 kbase = w.krot.data();
-            } else if (rotate_keys()) {
-                for (std::size_t j = 0; j < nk; ++j) std::copy_n(k.row(j0 + j, hk), D, w.krot.data() + j * D);
-                kbase = w.krot.data();
-            } else {
-                kbase = k.row(j0, hk);
-                kstride = k.token_stride();
+                kstride = D;
+                ktype = dtype::f32;
             }
-            if (rotate_keys()) transform_keys(enc.transform, heads_view<float>(w.krot.data(), {nk, 1, D}), ks);
             // scale_then_add: the qk step scales each row as it stores it (the same single rounding).
             ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data(),
-                    add_then_scale ? nullptr : w.row_scale.data()});
+                    add_then_scale ? nullptr : w.row_scale.data(), ktype});
 
             for (std::size_t r = 0; r < R; ++r) {
                 const std::size_t i = r / G, head = hk * G + r % G;
@@ -215,16 +217,16 @@ struct attn_call {
                 }
             }
             ker.softmax({w.s.data(), R, nk, st.m, st.l, st.acc, sh.acc_stride, sh.Dv, opt.softcap});
-            if constexpr (widen) {
-                ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
-                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride});
-            } else if (R > 2 * simd::attn_row_block && v.token_stride() != sh.Dv) {
-                // Packed once per tile: rows a token stride (KiBs) apart share L1 sets, and the pv step
-                // streams the tile once per block of rows.
-                for (std::size_t j = 0; j < nk; ++j) std::copy_n(v.row(j0 + j, hk), sh.Dv, w.vbuf.data() + j * sh.Dv);
-                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride});
-            } else {
-                ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride});
+            if (R > 2 * simd::attn_row_block && (widen || v.token_stride() != sh.Dv)) {
+                // Packed once per tile (16-bit rows widened): rows a token stride (KiBs) apart share L1
+                // sets, and the pv step streams the tile once per block of rows.
+                if constexpr (widen)
+                    ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
+                else
+                    for (std::size_t j = 0; j < nk; ++j) std::copy_n(v.row(j0 + j, hk), sh.Dv, w.vbuf.data() + j * sh.Dv);
+                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32});
+            } else {  // decode: V read once, 16-bit rows widened as they are loaded
+                ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>});
             }
             for (std::size_t r = 0; r < R; ++r)
                 add_bias_to_output(enc.bias, hk * G + r % G, t.qs[r / G], ks, std::span<const float>(w.s.data() + r * BK, nk),
