@@ -63,18 +63,7 @@ namespace posenc::hf {
     model_config out;
     out.model_type = top.string("model_type", outer.string("model_type", ""));
     const detail::family fam = detail::family_of(out.model_type, top, layout);
-    // A per-layer key the family's rule does not read would leave its layers on a silent default.
-    const bool known_family = detail::find_family(out.model_type) != nullptr;
-    for (const std::string_view k : detail::per_layer_keys)
-        if (top.has(k) && !detail::reads_layer_key(fam.layers, known_family, k))
-            throw config_error(top.name(k), detail::describe(top.at(k)),
-                               "is a per-layer key posenc does not read for model_type " +
-                                   detail::echo_string(out.model_type) +
-                                   " (its rule there is not implemented; nothing is ignored)");
-    if (fam.layers == detail::layer_rule::smollm3_nope && top.has("max_window_layers"))
-        out.notes.push_back(top.name("max_window_layers") +
-                            " ignored: HF's smollm3 derives its sliding layers from no_rope_layers");
-
+    detail::check_layer_keys(top, fam, out.model_type, out.notes);
     detail::rope_context ctx;
     ctx.fam = fam;
     ctx.layout = detail::layout_of(fam, top, layout);
@@ -160,25 +149,7 @@ namespace posenc::hf {
     }
     if (fam.mrope) out.vision = detail::read_vision_tokens(outer, top, fam);
 
-    if (top.has("layer_types")) {
-        const nlohmann::json& list = top.at("layer_types");
-        if (!list.is_array()) throw config_error(top.name("layer_types"), detail::describe(list), "must be a list of strings");
-        if (list.size() > static_cast<std::size_t>(limits::layers))
-            throw config_error(top.name("layer_types"), detail::describe(list),
-                               "has more than " + detail::to_text(limits::layers) + " entries");
-        for (const auto& t : list) {
-            if (!t.is_string()) throw config_error(top.name("layer_types"), detail::describe(t), "must be a list of strings");
-            out.layer_types.push_back(t.get<std::string>());
-        }
-    } else if ((fam.layers == detail::layer_rule::gemma3_pattern || fam.layers == detail::layer_rule::cohere2_pattern) &&
-               top.has("num_hidden_layers")) {
-        // Gemma3TextConfig / Cohere2Config: layer i is full iff (i + 1) % sliding_window_pattern == 0.
-        const std::int64_t pattern = top.integer("sliding_window_pattern", 1, limits::layers,
-                                                 fam.layers == detail::layer_rule::gemma3_pattern ? 6 : 4);
-        const std::int64_t layers = top.integer("num_hidden_layers", 1, limits::layers);
-        for (std::int64_t i = 0; i < layers; ++i)
-            out.layer_types.emplace_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
-    }
+    out.layer_types = detail::read_layer_types(top, fam);
     for (const auto& t : out.layer_types)
         if (!out.rope_by_layer_type.empty() && !out.rope_by_layer_type.contains(t))
             throw config_error(top.name("layer_types"), detail::echo_string(t), "has no entry in " + top.name(key));

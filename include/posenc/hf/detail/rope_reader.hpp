@@ -148,6 +148,102 @@ inline void read_mrope(const reader& r, rope_spec& spec, const family& fam) {
     spec.mrope_interleaved = fam.mrope_interleaved;
 }
 
+/// A rope dict being read: its reader, base, context, and the key original_max_position_embeddings
+/// was last taken from (for errors).
+struct rope_dict {
+    const reader& r;
+    double base;
+    const rope_context& ctx;
+    std::string original_key;
+
+    /// original_max_position_embeddings: Phi-3's top-level value wins (as in HF v5), then the dict's,
+    /// then max_position_embeddings.
+    std::int64_t original() {
+        if (ctx.top_level_original) {
+            original_key = ctx.top_level_original_key;
+            return *ctx.top_level_original;
+        }
+        if (r.has("original_max_position_embeddings")) {
+            original_key = r.name("original_max_position_embeddings");
+            return r.integer("original_max_position_embeddings", 1, limits::positions);
+        }
+        return require_max_positions(ctx, r.name("original_max_position_embeddings"));
+    }
+    /// A factor the config omits is derived as max_position_embeddings / original.
+    [[nodiscard]] double factor_or_derived(std::int64_t orig) const {
+        if (r.has("factor")) return r.number("factor");
+        return static_cast<double>(require_max_positions(ctx, r.name("factor"))) / static_cast<double>(orig);
+    }
+};
+
+inline any_schedule build_default(rope_dict& d) {
+    if (d.r.has("factor") && d.r.number("factor") != 1.0)
+        throw config_error(d.r.name("factor"), describe(d.r.at("factor")), "a default rope applies no factor; did you mean linear?");
+    return default_rope{.base = d.base};
+}
+
+inline any_schedule build_linear(rope_dict& d) { return linear{.base = d.base, .factor = d.r.number("factor")}; }
+
+// HF accepts original_max_position_embeddings here but computes with max_position_embeddings; so does posenc.
+inline any_schedule build_dynamic(rope_dict& d) {
+    if (d.r.has("original_max_position_embeddings")) (void)d.r.integer("original_max_position_embeddings", 1, limits::positions);
+    return dynamic_ntk{.base = d.base, .factor = d.r.number("factor"),
+                       .original_max_position = require_max_positions(d.ctx, d.ctx.max_positions_key)};
+}
+
+inline any_schedule build_yarn(rope_dict& d) {
+    yarn y{.base = d.base, .original_max_position = d.original()};
+    y.factor = d.factor_or_derived(y.original_max_position);
+    // HF: `beta_fast or 32` — 0 and null mean the default.
+    y.beta_fast = d.r.number("beta_fast", 0.0) != 0.0 ? d.r.number("beta_fast") : 32.0;
+    y.beta_slow = d.r.number("beta_slow", 0.0) != 0.0 ? d.r.number("beta_slow") : 1.0;
+    y.truncate = d.r.boolean("truncate", true);
+    y.attention_factor = d.r.optional_number("attention_factor");
+    y.mscale = d.r.optional_number("mscale");
+    y.mscale_all_dim = d.r.optional_number("mscale_all_dim");
+    return y;
+}
+
+inline any_schedule build_longrope(rope_dict& d) {
+    const auto max_list = static_cast<std::size_t>(limits::head_dim / 2);
+    longrope l{.base = d.base, .short_factor = d.r.numbers("short_factor", max_list),
+               .long_factor = d.r.numbers("long_factor", max_list), .original_max_position = d.original()};
+    l.factor = d.factor_or_derived(l.original_max_position);
+    l.attention_factor = d.r.optional_number("attention_factor");
+    return l;
+}
+
+inline any_schedule build_llama3(rope_dict& d) {
+    return llama3{.base = d.base, .factor = d.r.number("factor"), .low_freq_factor = d.r.number("low_freq_factor"),
+                  .high_freq_factor = d.r.number("high_freq_factor"), .original_max_position = d.original()};
+}
+
+/// One rope_type: the keys its dict may hold besides rope_type, type, rope_theta and
+/// partial_rotary_factor (empty slots unused), and how its schedule is built from them.
+struct rope_type_entry {
+    std::string_view name;
+    std::array<std::string_view, 8> keys;
+    any_schedule (*build)(rope_dict&);
+};
+
+/// The rope_types posenc reads, as HF's ROPE_INIT_FUNCTIONS and their validation define them.
+inline constexpr rope_type_entry rope_types[] = {
+    {"default", {"factor"}, build_default},
+    {"linear", {"factor"}, build_linear},
+    {"dynamic", {"factor", "original_max_position_embeddings"}, build_dynamic},
+    {"yarn", {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "mscale",
+              "mscale_all_dim", "truncate"}, build_yarn},
+    {"longrope", {"short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"},
+     build_longrope},
+    {"llama3", {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}, build_llama3},
+};
+
+inline const rope_type_entry* find_rope_type(std::string_view name) {
+    for (const rope_type_entry& e : rope_types)
+        if (e.name == name) return &e;
+    return nullptr;
+}
+
 inline rope_spec read_rope(const json& dict, const std::string& prefix, const rope_context& ctx) {
     const reader r(dict, prefix);
     if (!dict.is_object()) throw config_error(prefix, describe(dict), "must be an object");
@@ -189,75 +285,18 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
     // Qwen-VL: HF's config classes ignore mrope_section / mrope_interleaved in the validation of every
     // rope_type (ignore_keys_at_rope_validation), so they may come with any schedule (Qwen3-VL: yarn).
     if (ctx.fam.mrope) keys.insert({"mrope_section", "mrope_interleaved"});
-    auto allow = [&](std::initializer_list<const char*> more) {
-        keys.insert(more.begin(), more.end());
-        r.allow_only(keys, type);
-    };
-    // original_max_position_embeddings: Phi-3's top-level value wins (as in HF v5), then the dict's,
-    // then max_position_embeddings. `original_key` remembers which, for errors.
-    std::string original_key = ctx.max_positions_key;
-    auto original = [&] {
-        if (ctx.top_level_original) {
-            original_key = ctx.top_level_original_key;
-            return *ctx.top_level_original;
-        }
-        if (r.has("original_max_position_embeddings")) {
-            original_key = r.name("original_max_position_embeddings");
-            return r.integer("original_max_position_embeddings", 1, limits::positions);
-        }
-        return require_max_positions(ctx, r.name("original_max_position_embeddings"));
-    };
-    // A factor the config omits is derived as max_position_embeddings / original.
-    auto derived_factor = [&](std::int64_t orig) {
-        return static_cast<double>(require_max_positions(ctx, r.name("factor"))) / static_cast<double>(orig);
-    };
-
-    if (type == "default") {
-        allow({"factor"});
-        if (r.has("factor") && r.number("factor") != 1.0)
-            throw config_error(r.name("factor"), describe(r.at("factor")), "a default rope applies no factor; did you mean linear?");
-        spec.schedule = default_rope{.base = base};
-    } else if (type == "linear") {
-        allow({"factor"});
-        spec.schedule = linear{.base = base, .factor = r.number("factor")};
-    } else if (type == "dynamic") {
-        // HF accepts original_max_position_embeddings here but computes with max_position_embeddings;
-        // so does posenc.
-        allow({"factor", "original_max_position_embeddings"});
-        if (r.has("original_max_position_embeddings")) (void)r.integer("original_max_position_embeddings", 1, limits::positions);
-        spec.schedule = dynamic_ntk{.base = base, .factor = r.number("factor"),
-                                    .original_max_position = require_max_positions(ctx, ctx.max_positions_key)};
-    } else if (type == "yarn") {
-        allow({"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor", "mscale",
-               "mscale_all_dim", "truncate"});
-        yarn y{.base = base, .original_max_position = original()};
-        y.factor = r.has("factor") ? r.number("factor") : derived_factor(y.original_max_position);
-        // HF: `beta_fast or 32` — 0 and null mean the default.
-        y.beta_fast = r.number("beta_fast", 0.0) != 0.0 ? r.number("beta_fast") : 32.0;
-        y.beta_slow = r.number("beta_slow", 0.0) != 0.0 ? r.number("beta_slow") : 1.0;
-        y.truncate = r.boolean("truncate", true);
-        y.attention_factor = r.optional_number("attention_factor");
-        y.mscale = r.optional_number("mscale");
-        y.mscale_all_dim = r.optional_number("mscale_all_dim");
-        spec.schedule = y;
-    } else if (type == "longrope") {
-        allow({"short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"});
-        const auto max_list = static_cast<std::size_t>(limits::head_dim / 2);
-        longrope l{.base = base, .short_factor = r.numbers("short_factor", max_list),
-                   .long_factor = r.numbers("long_factor", max_list), .original_max_position = original()};
-        l.factor = r.has("factor") ? r.number("factor") : derived_factor(l.original_max_position);
-        l.attention_factor = r.optional_number("attention_factor");
-        spec.schedule = l;
-    } else if (type == "llama3") {
-        allow({"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-        spec.schedule = llama3{.base = base, .factor = r.number("factor"),
-                               .low_freq_factor = r.number("low_freq_factor"),
-                               .high_freq_factor = r.number("high_freq_factor"),
-                               .original_max_position = original()};
-    } else {
+    const rope_type_entry* entry = find_rope_type(type);
+    if (!entry) {
+        std::string supported;
+        for (const rope_type_entry& e : rope_types) supported += (supported.empty() ? "" : ", ") + std::string(e.name);
         throw config_error(r.name(r.has("rope_type") ? "rope_type" : "type"), echo_string(type),
-                           "unknown rope_type (supported: default, linear, dynamic, yarn, longrope, llama3)");
+                           "unknown rope_type (supported: " + supported + ")");
     }
+    for (const std::string_view k : entry->keys)
+        if (!k.empty()) keys.emplace(k);
+    r.allow_only(keys, type);
+    rope_dict d{.r = r, .base = base, .ctx = ctx, .original_key = ctx.max_positions_key};
+    spec.schedule = entry->build(d);
     if (ctx.fam.mrope) read_mrope(r, spec, ctx.fam);
     // Validate now, so that a bad value is reported while reading the config, under its key in the
     // file. Every schedule checks its outputs (finite, usable inverse frequencies and amplitude), so
@@ -277,7 +316,7 @@ inline rope_spec read_rope(const json& dict, const std::string& prefix, const ro
                                    "gives the YaRN amplitude denominator " + to_text(den) +
                                        " (0.1 * mscale_all_dim * ln factor + 1; must lie in [2^-64, 2^64])");
         }
-        if (k == "original_max_position") throw config_error(original_key, e.value(), e.why());
+        if (k == "original_max_position") throw config_error(d.original_key, e.value(), e.why());
         if (k == "rotary_dim") throw config_error(rotary_key, e.value(), e.why());
         throw config_error(r.name(k == "base" ? "rope_theta" : k), e.value(), e.why());
     }
@@ -317,6 +356,48 @@ inline bool is_per_layer_type(const json& dict) {
     for (const auto& [k, v] : dict.items())
         if (v.is_object()) return true;
     return false;
+}
+
+
+/// Rejects a per-layer key the family's rule does not read (it would leave its layers on a silent
+/// default) and notes what HF stores but does not use.
+inline void check_layer_keys(const reader& top, const family& fam, const std::string& model_type,
+                             std::vector<std::string>& notes) {
+    const bool known_family = find_family(model_type) != nullptr;
+    for (const std::string_view k : per_layer_keys)
+        if (top.has(k) && !reads_layer_key(fam.layers, known_family, k))
+            throw config_error(top.name(k), describe(top.at(k)),
+                               "is a per-layer key posenc does not read for model_type " + echo_string(model_type) +
+                                   " (its rule there is not implemented; nothing is ignored)");
+    if (fam.layers == layer_rule::smollm3_nope && top.has("max_window_layers"))
+        notes.push_back(top.name("max_window_layers") +
+                        " ignored: HF's smollm3 derives its sliding layers from no_rope_layers");
+}
+
+/// The config's layer_types, else the family's pattern (Gemma-3, Cohere2) over num_hidden_layers;
+/// empty when neither applies.
+inline std::vector<std::string> read_layer_types(const reader& top, const family& fam) {
+    std::vector<std::string> types;
+    if (top.has("layer_types")) {
+        const json& list = top.at("layer_types");
+        if (!list.is_array()) throw config_error(top.name("layer_types"), describe(list), "must be a list of strings");
+        if (list.size() > static_cast<std::size_t>(limits::layers))
+            throw config_error(top.name("layer_types"), describe(list),
+                               "has more than " + to_text(limits::layers) + " entries");
+        for (const auto& t : list) {
+            if (!t.is_string()) throw config_error(top.name("layer_types"), describe(t), "must be a list of strings");
+            types.push_back(t.get<std::string>());
+        }
+    } else if ((fam.layers == layer_rule::gemma3_pattern || fam.layers == layer_rule::cohere2_pattern) &&
+               top.has("num_hidden_layers")) {
+        // Gemma3TextConfig / Cohere2Config: layer i is full iff (i + 1) % sliding_window_pattern == 0.
+        const std::int64_t pattern =
+            top.integer("sliding_window_pattern", 1, limits::layers, fam.layers == layer_rule::gemma3_pattern ? 6 : 4);
+        const std::int64_t layers = top.integer("num_hidden_layers", 1, limits::layers);
+        for (std::int64_t i = 0; i < layers; ++i)
+            types.emplace_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
+    }
+    return types;
 }
 
 }  // namespace posenc::hf::detail
