@@ -204,7 +204,7 @@ TEST_CASE("posenc-inspect --family-table: one row a family, with HF's config-cla
     using inspect_family_table_test::family_row_of;
     const auto r = run_inspect("--family-table");
     REQUIRE(r.exit_code == 0);
-    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 3 + static_cast<std::ptrdiff_t>(std::size(posenc::hf::detail::families)));
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 4 + static_cast<std::ptrdiff_t>(std::size(posenc::hf::detail::families)));  // markers, header, rule
     // Defaults as written in transformers' configuration_<model>.py: GPTJConfig(n_embd=4096,
     // n_head=16, rotary_dim=64, n_positions=2048), GPTNeoXConfig(rotary_pct=0.25),
     // MixtralConfig(rope_theta=1e6), Gemma2Config(attn_logit_softcapping=50.0, sliding_window=4096),
