@@ -1,12 +1,18 @@
 // posenc-inspect, run as a program: its --json output against HF's golden values and closed forms,
 // and its behaviour on bad input (non-zero exit, one line on stderr).
 #ifdef POSENC_INSPECT_PATH
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
+#include <iterator>
 #include <string>
+
+#include <posenc/hf/families.hpp>
 
 #include "support/catch.hpp"
 #include "support/golden.hpp"
 #include "support/inspect.hpp"
+#include "support/readme.hpp"
 #include "support/reference.hpp"
 
 using nlohmann::json;
@@ -162,6 +168,68 @@ TEST_CASE("posenc-inspect rejects bad input with a non-zero exit and one line on
         CHECK(r.out.empty());
         CHECK(!r.err.empty());
         CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    }
+}
+namespace inspect_family_table_test {
+
+/// README.md's family table block, from its begin marker line through its end marker line.
+std::string readme_family_table() {
+    const std::string readme = posenc_test::read_file(std::string(POSENC_TEST_DATA_DIR) + "/../../README.md");
+    const std::string end = "<!-- families table end -->\n";
+    const auto b = readme.find("<!-- families table:");
+    const auto e = b == std::string::npos ? b : readme.find(end, b);
+    return e == std::string::npos ? std::string() : readme.substr(b, e + end.size() - b);
+}
+
+/// The table row of `model_type` (without its trailing newline); empty when there is none.
+std::string family_row_of(const std::string& table, const std::string& model_type) {
+    const auto b = table.find("\n| `" + model_type + "` |");
+    if (b == std::string::npos) return {};
+    return table.substr(b + 1, table.find('\n', b + 1) - b - 1);
+}
+
+}  // namespace inspect_family_table_test
+
+TEST_CASE("posenc-inspect --family-table is README's family table, byte for byte", "[inspect][readme]") {
+    const auto r = run_inspect("--family-table");
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.err.empty());
+    const std::string readme = inspect_family_table_test::readme_family_table();
+    REQUIRE_FALSE(readme.empty());
+    // On a mismatch, regenerate README's block with build/tools/posenc-inspect --family-table.
+    CHECK(readme == r.out);
+}
+
+TEST_CASE("posenc-inspect --family-table: one row a family, with HF's config-class defaults", "[inspect]") {
+    using inspect_family_table_test::family_row_of;
+    const auto r = run_inspect("--family-table");
+    REQUIRE(r.exit_code == 0);
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 4 + static_cast<std::ptrdiff_t>(std::size(posenc::hf::detail::families)));  // markers, header, rule
+    // Defaults as written in transformers' configuration_<model>.py: GPTJConfig(n_embd=4096,
+    // n_head=16, rotary_dim=64, n_positions=2048), GPTNeoXConfig(rotary_pct=0.25),
+    // MixtralConfig(rope_theta=1e6), Gemma2Config(attn_logit_softcapping=50.0, sliding_window=4096),
+    // DeepseekV3Config(qk_rope_head_dim=64), Qwen2_5_VLConfig vision tokens_per_second=4.
+    const std::string gptj = family_row_of(r.out, "gptj");
+    CHECK(gptj.find("| interleaved |") != std::string::npos);
+    CHECK(gptj.find("n_embd 4096, n_head 16") != std::string::npos);
+    CHECK(gptj.find("rotary_dim 64") != std::string::npos);
+    CHECK(gptj.find("n_positions 2048") != std::string::npos);
+    CHECK(family_row_of(r.out, "gpt_neox").find("rotary_pct 0.25") != std::string::npos);
+    CHECK(family_row_of(r.out, "mixtral").find("rope_theta 1000000,") != std::string::npos);
+    const std::string gemma2 = family_row_of(r.out, "gemma2");
+    CHECK(gemma2.find("attn_logit_softcapping 50") != std::string::npos);
+    CHECK(gemma2.find("sliding_window 4096") != std::string::npos);
+    CHECK(family_row_of(r.out, "deepseek_v3").find("qk_rope_head_dim 64") != std::string::npos);
+    CHECK(family_row_of(r.out, "qwen2_5_vl").find("tokens_per_second 4") != std::string::npos);
+    CHECK(family_row_of(r.out, "bloom").find("| — (no RoPE: `hf/encoding.hpp`) |") != std::string::npos);
+    CHECK(family_row_of(r.out, "llama").find("rope_theta") == std::string::npos);  // LlamaConfig's is the generic 10000
+
+    for (const std::string& args : {std::string("--family-table --json"), std::string("--family-table --alibi 8")}) {
+        INFO(args);
+        const auto bad = run_inspect(args);
+        CHECK(bad.exit_code != 0);
+        CHECK(bad.out.empty());
+        CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
     }
 }
 #endif

@@ -1,4 +1,6 @@
 #pragma once
+// Over 450 lines: the argument parser and the report of every mode stay in one header, the single
+// entry point the fuzzer drives.
 // posenc-inspect's logic as a function (tools/posenc-inspect.cpp is its main; tests/fuzz/ drives it
 // directly). inspect() never exits and never writes partial output: the whole report is built in
 // memory and written to `out` only when it is complete; an error writes one line to `err`.
@@ -14,6 +16,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "family_table.hpp"
 
 namespace posenc_inspect {
 
@@ -33,6 +37,7 @@ inline constexpr const char* usage =
     "       posenc-inspect --t5 --num-buckets NB --max-distance MD (--bidirectional|--unidirectional)\n"
     "                      [--relative-range A:B] [--json]\n"
     "       posenc-inspect --sinusoidal D --variant interleaved|concat --positions p1,... [--json]\n"
+    "       posenc-inspect --family-table\n"
     "  --seq-len N     current sequence length: picks dynamic NTK's base and LongRoPE's factors\n"
     "                  (without it: the default table and the short factors)\n"
     "  --positions     positions whose cos/sin (or sinusoidal rows) to print\n"
@@ -41,7 +46,8 @@ inline constexpr const char* usage =
     "  --layout        override the model family's layout\n"
     "  --layer-type    for configs with per-layer-type RoPE (Gemma-3): full_attention, sliding_attention\n"
     "  --relative-range A:B   T5 relative positions (key - query) to list (default -max_distance:max_distance)\n"
-    "  --json          one JSON object on stdout\n";
+    "  --json          one JSON object on stdout\n"
+    "  --family-table  the model families the config reader knows, as README.md's markdown table\n";
 
 struct options {
     std::string config;
@@ -62,6 +68,7 @@ struct options {
     std::optional<posenc::rope_layout> layout;
     std::string layer_type;
     bool json = false;
+    bool family_table = false;
 };
 
 inline std::int64_t parse_int(std::string_view text, std::string_view what) {
@@ -138,6 +145,8 @@ inline options parse_args(const std::vector<std::string>& args, bool& help) {
             char* end = nullptr;
             o.max_bias = std::strtod(v.c_str(), &end);
             if (end == v.c_str() || *end != '\0') throw posenc::config_error("--max-bias", v, "must be a number");
+        } else if (a == "--family-table") {
+            o.family_table = true;
         } else if (a == "--t5") {
             o.t5 = true;
         } else if (a == "--num-buckets") {
@@ -172,9 +181,13 @@ inline options parse_args(const std::vector<std::string>& args, bool& help) {
             throw posenc::config_error("argument", std::string(a), "only one CONFIG.json is accepted");
         }
     }
-    const int modes = !o.config.empty() + o.alibi_heads.has_value() + o.t5 + o.sinusoidal_d.has_value();
-    if (modes == 0) throw posenc::config_error("CONFIG.json", "missing", "give a config.json, --alibi, --t5 or --sinusoidal");
-    if (modes > 1) throw posenc::config_error("arguments", "several modes", "give one of CONFIG.json, --alibi, --t5, --sinusoidal");
+    const int modes = !o.config.empty() + o.alibi_heads.has_value() + o.t5 + o.sinusoidal_d.has_value() + o.family_table;
+    if (modes == 0)
+        throw posenc::config_error("CONFIG.json", "missing", "give a config.json, --alibi, --t5, --sinusoidal or --family-table");
+    if (modes > 1)
+        throw posenc::config_error("arguments", "several modes",
+                                   "give one of CONFIG.json, --alibi, --t5, --sinusoidal, --family-table");
+    if (o.family_table && o.json) throw posenc::config_error("--json", "with --family-table", "the family table is markdown only");
     if (o.t5 && (!o.num_buckets || !o.max_distance || !o.bidirectional))
         throw posenc::config_error("--t5", "incomplete", "needs --num-buckets, --max-distance and --bidirectional or --unidirectional");
     if (o.sinusoidal_d && (!o.variant || o.positions.empty()))
@@ -485,6 +498,10 @@ inline int run_sinusoidal(std::ostream& os, const options& o) {
 }
 
 inline int run(std::ostream& os, const options& o) {
+    if (o.family_table) {
+        os << family_table_markdown();
+        return 0;
+    }
     if (o.alibi_heads) return run_alibi(os, o, posenc::alibi{.heads = *o.alibi_heads, .max_bias = o.max_bias}, "");
     if (o.t5)
         return run_t5(os, o, posenc::t5_buckets{.num_buckets = *o.num_buckets, .max_distance = *o.max_distance,

@@ -41,7 +41,7 @@
 // - Any other family of the table reads none of these per-layer keys (config.hpp's
 //   per_layer_keys): one in its config is a config_error. A model_type without an entry (read with an
 //   explicit layout): layer_types, sliding_window and attention_chunk_size, else every layer full.
-// The per-family rules and defaults are entries of config.hpp's family table.
+// The per-family rules and defaults are entries of hf/families.hpp's family table.
 // DeepSeek-V2/V3: the scale carries YaRN's softmax_scale_multiplier().
 
 #include <cmath>
