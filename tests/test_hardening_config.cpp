@@ -145,6 +145,7 @@ TEST_CASE("hardening: a deep value built in code is echoed shortly, never dumped
     c["rope_scaling"]["bogus"] = deep_json(deep);
     expect_config_error([&] { (void)posenc::hf::parse_config(c); }, "rope_scaling.bogus", "...");
     c = llama;
+    c["model_type"] = "qwen2";  // a family that reads layer_types (Llama's attention ignores it)
     c["layer_types"] = json::array();
     c["layer_types"].push_back(deep_json(deep));
     expect_config_error([&] { (void)posenc::hf::parse_config(c); }, "layer_types", "[[[");
@@ -241,6 +242,7 @@ TEST_CASE("hardening: sizes that drive work or allocation have limits, named by 
     expect_config_error([] { (void)posenc::hf::parse_position_encoding(json{{"model_type", "t5"}, {"relative_attention_max_distance", std::int64_t{1} << 40}}); },
                         "relative_attention_max_distance");
     json lt = llama;
+    lt["model_type"] = "qwen2";  // a family that reads layer_types
     lt["layer_types"] = std::vector<std::string>(L::limits::layers + 1, "full_attention");
     expect_config_error([&] { (void)posenc::hf::parse_config(lt); }, "layer_types");
     json lr = with(llama, {{"model_type", "phi3"}, {"original_max_position_embeddings", 4096}});

@@ -135,11 +135,14 @@ TEST_CASE("hf layer rules: Phi-3, Gemma-2, Gemma-3, Qwen2 with non-default lists
 
 TEST_CASE("hf layer rules: a per-layer key the family does not read is a config_error naming it", "[hf][layer-rules][errors]") {
     const std::string g = small + R"(, "rope_theta": 10000, "num_hidden_layers": 2)";
-    expect_config_error([&] { (void)layers(R"("model_type": "llama", "sliding_window": 16, )" + g); }, "sliding_window", "16");
-    expect_config_error([&] { (void)layers(R"("model_type": "olmo2", "layer_types": ["full_attention", "full_attention"], )" + g); },
-                        "layer_types", "full_attention");
+    // A model_type posenc has no entry for: sliding_window without layer_types (which layers slide?).
+    expect_config_error([&] { (void)posenc::hf::layers_from_string(R"({"model_type": "olmo3", "sliding_window": 4096, )" + g + "}",
+                                                                  posenc::rope_layout::half_split); },
+                        "sliding_window", "4096");
     expect_config_error([&] { (void)layers(R"("model_type": "qwen3", "no_rope_layers": [1, 0], )" + g); }, "no_rope_layers", "[1, 0]");
     expect_config_error([&] { (void)layers(R"("model_type": "mistral", "max_window_layers": 1, )" + g); }, "max_window_layers", "1");
+    expect_config_error([&] { (void)layers(R"("model_type": "qwen3_moe", "layer_types": ["full_attention", "full_attention"], )" + g); },
+                        "layer_types", "full_attention");
     expect_config_error([&] { (void)layers(R"("model_type": "gemma3_text", "no_rope_layer_interval": 2, "num_hidden_layers": 2)"); },
                         "no_rope_layer_interval", "2");
     expect_config_error([&] { (void)layers(R"("model_type": "cohere2", "use_sliding_window": true, )" + g); }, "use_sliding_window", "true");
@@ -147,8 +150,52 @@ TEST_CASE("hf layer rules: a per-layer key the family does not read is a config_
                         "sliding_window_pattern", "4");
     // load_config rejects it too (text_config keys are named with their prefix).
     expect_config_error(
-        [&] { (void)posenc::hf::config_from_string(R"({"model_type": "x", "text_config": {"model_type": "deepseek_v3", "attention_chunk_size": 8, )" + g + "}}"); },
+        [&] { (void)posenc::hf::config_from_string(R"({"model_type": "x", "text_config": {"model_type": "qwen3", "attention_chunk_size": 8, )" + g + "}}"); },
         "text_config.attention_chunk_size", "8");
+}
+
+TEST_CASE("hf layer rules: what a family's HF attention never reads is ignored with a note, as HF ignores it", "[hf][layer-rules]") {
+    const std::string g = small + R"(, "rope_theta": 10000, "num_hidden_layers": 2)";
+    // LlamaAttention / Olmo2Attention / DeepseekV3Attention read no per-layer key: the layers stay full.
+    for (const std::string body : {R"("model_type": "llama", "sliding_window": 16, )" + g,
+                                   R"("model_type": "olmo2", "layer_types": ["sliding_attention", "full_attention"], )" + g,
+                                   R"("model_type": "llama", "use_sliding_window": true, )" + g}) {
+        CHECK(rules_of(layers(body)) == list{"Rf", "Rf"});
+        const auto cfg = posenc::hf::config_from_string("{" + body + "}");
+        bool noted = false;
+        for (const auto& n : cfg.notes) noted = noted || n.find("ignored") != std::string::npos;
+        CHECK(noted);
+    }
+    // false changes nothing anywhere (Qwen-style files carry use_sliding_window: false).
+    CHECK(rules_of(layers(R"("model_type": "llama", "use_sliding_window": false, )" + g)) == list{"Rf", "Rf"});
+}
+
+TEST_CASE("hf layer rules: Ministral / Mistral layer_types, Qwen3-MoE, null windows, Llama 4's numeric temperature flag", "[hf][layer-rules]") {
+    const std::string g = small + R"(, "rope_theta": 10000, "num_hidden_layers": 3, "num_key_value_heads": 2)";
+    // MinistralConfig: layer_types when given, else sliding_attention on every layer (sliding_window 4096).
+    CHECK(rules_of(layers(R"("model_type": "ministral", "layer_types": ["sliding_attention", "full_attention", "sliding_attention"], "sliding_window": 32, )" + g)) ==
+          list{"Rs", "Rf", "Rs"});
+    const auto mi = layers(R"("model_type": "ministral", )" + g);
+    CHECK(rules_of(mi) == list{"Rs", "Rs", "Rs"});
+    CHECK(mi.layers[0].window == 4096);
+    // A mistral file with layer_types (Ministral-8B's) is read as ministral, as HF's AutoConfig does.
+    CHECK(rules_of(layers(R"("model_type": "mistral", "layer_types": ["full_attention", "sliding_attention", "full_attention"], )" + g)) ==
+          list{"Rf", "Rs", "Rf"});
+    CHECK(rules_of(layers(R"("model_type": "mistral", "sliding_window": null, )" + g)) == list{"Rf", "Rf", "Rf"});
+    // Qwen3MoeAttention: getattr(config, "sliding_window") on every layer, None unless use_sliding_window.
+    const auto moe = layers(R"("model_type": "qwen3_moe", "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 1, )" + g);
+    CHECK(rules_of(moe) == list{"Rs", "Rs", "Rs"});
+    CHECK(moe.layers[2].window == 64);
+    CHECK(rules_of(layers(R"("model_type": "qwen3_moe", "use_sliding_window": false, "sliding_window": 64, )" + g)) ==
+          list{"Rf", "Rf", "Rf"});
+    // Gemma2 / gpt-oss: sliding_window null is HF's None: no layer slides.
+    CHECK(rules_of(layers(R"("model_type": "gemma2", "num_hidden_layers": 2, "sliding_window": null)")) == list{"Rf", "Rf"});
+    CHECK(rules_of(layers(R"("model_type": "gemma3_text", "num_hidden_layers": 2, "sliding_window": null)")) == list{"Rf", "Rf"});
+    // Llama 4 Scout's released text_config says "attn_temperature_tuning": 4; HF tests its truth.
+    const std::string l4 = R"("model_type": "llama4_text", "num_attention_heads": 8, "head_dim": 64, "num_hidden_layers": 4)";
+    CHECK(layers(l4 + R"(, "attn_temperature_tuning": 4)").layers[3].temperature.has_value());
+    CHECK_FALSE(layers(l4 + R"(, "attn_temperature_tuning": 0)").layers[3].temperature.has_value());
+    expect_config_error([&] { (void)layers(l4 + R"(, "attn_temperature_tuning": "yes")"); }, "attn_temperature_tuning");
 }
 
 TEST_CASE("hf layer rules: errors name the key whose value is wrong", "[hf][layer-rules][errors]") {

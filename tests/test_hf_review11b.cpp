@@ -58,8 +58,9 @@ TEST_CASE("hf11b: family defaults are those of HF's config classes", "[hf][confi
         R"({"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 3,
             "sliding_window": null})");
     CHECK(mn.layers[2].kind == attention_kind::full);
-    // Qwen3MoeConfig: 4 kv heads, max_position_embeddings 32768; sliding only with use_sliding_window,
-    // then layers >= max_window_layers (28) with 4096.
+    // Qwen3MoeConfig (v5): 4 kv heads, max_position_embeddings 32768; sliding only with
+    // use_sliding_window, then on every layer (Qwen3MoeAttention: getattr(config, "sliding_window");
+    // v5's class has no max_window_layers) with 4096.
     const char* qm = R"({"model_type": "qwen3_moe", "hidden_size": 2048, "num_attention_heads": 32, "head_dim": 128,
                          "num_hidden_layers": 30, "use_sliding_window": %s})";
     auto qwen3_moe = [&](const char* use) {
@@ -71,7 +72,7 @@ TEST_CASE("hf11b: family defaults are those of HF's config classes", "[hf][confi
     CHECK(q_off.kv_heads == 4);
     CHECK(q_off.layers[29].kind == attention_kind::full);
     const auto q_on = qwen3_moe("true");
-    CHECK(q_on.layers[27].kind == attention_kind::full);
+    CHECK(q_on.layers[0].kind == attention_kind::sliding);
     CHECK(q_on.layers[28].kind == attention_kind::sliding);
     CHECK(q_on.layers[29].window == 4096);
     CHECK(posenc::hf::config_from_string(R"({"model_type": "qwen3_moe", "hidden_size": 2048, "num_attention_heads": 32})")

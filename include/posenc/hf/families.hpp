@@ -29,6 +29,8 @@ enum class layer_rule : std::uint8_t {
     qwen2_window,       ///< layers >= max_window_layers sliding, only when use_sliding_window is true
     smollm3_nope,       ///< no_rope_layers / no_rope_layer_interval pick NoPE layers; those slide if use_sliding_window
     cohere2_pattern,    ///< every sliding_window_pattern-th layer (default 4) full and NoPE, the others sliding with RoPE
+    mistral_layers,     ///< Mistral / Ministral: layer_types, else every layer sliding when sliding_window is set
+    window_all_layers,  ///< Qwen3-MoE: every layer sliding when use_sliding_window (max_window_layers unused)
 };
 
 /// The keys by which an HF config class says, per layer, which layers rotate, slide, chunk or use
@@ -51,6 +53,10 @@ inline constexpr std::string_view per_layer_keys[] = {
 ///   smollm3_nope      layer_types, sliding_window, use_sliding_window, no_rope_layers,
 ///                     no_rope_layer_interval, max_window_layers (stored, unused by HF: noted)
 ///   cohere2_pattern   layer_types, sliding_window, sliding_window_pattern
+///   mistral_layers    layer_types, sliding_window (MinistralConfig; HF reads a Mistral file with
+///                     layer_types as Ministral)
+///   window_all_layers sliding_window, use_sliding_window, max_window_layers (Qwen3MoeAttention:
+///                     getattr(config, "sliding_window") on every layer; max_window_layers noted)
 ///   no entry          layer_types, sliding_window, attention_chunk_size (the generic reading)
 inline bool reads_layer_key(layer_rule rule, bool known, std::string_view key) {
     auto in = [&](std::initializer_list<std::string_view> keys) {
@@ -70,6 +76,8 @@ inline bool reads_layer_key(layer_rule rule, bool known, std::string_view key) {
             return in({"layer_types", "sliding_window", "use_sliding_window", "no_rope_layers", "no_rope_layer_interval",
                        "max_window_layers"});
         case layer_rule::cohere2_pattern: return in({"layer_types", "sliding_window", "sliding_window_pattern"});
+        case layer_rule::mistral_layers: return in({"layer_types", "sliding_window"});
+        case layer_rule::window_all_layers: return in({"sliding_window", "use_sliding_window", "max_window_layers"});
     }
     return false;
 }
@@ -136,12 +144,13 @@ inline constexpr family families[] = {
      .checked = true},  // LlamaConfig (v5)
     // MistralConfig: 8 kv heads, sliding_window 4096, so a file without the key slides every layer
     // (sliding_window: null does not).
-    {.model_type = "mistral", .max_position_embeddings = 4096 * 32, .layers = layer_rule::sliding_if_window, .kv_heads = 8,
+    {.model_type = "mistral", .max_position_embeddings = 4096 * 32, .layers = layer_rule::mistral_layers, .kv_heads = 8,
      .sliding_window = 4096, .checked = true},
     // MixtralConfig (v5): default_theta 1e6, 8 kv heads, sliding_window None.
     {.model_type = "mixtral", .rope_theta = 1'000'000.0, .max_position_embeddings = 4096 * 32,
      .layers = layer_rule::sliding_if_window, .kv_heads = 8, .checked = true},
-    {.model_type = "ministral", .layers = layer_rule::sliding_if_window},
+    // MinistralConfig: layer_types, else every layer sliding_attention when sliding_window (default 4096) is set.
+    {.model_type = "ministral", .layers = layer_rule::mistral_layers, .sliding_window = 4096},
     {.model_type = "starcoder2", .layers = layer_rule::sliding_if_window},
     // Qwen2Config (v5): use_sliding_window false, sliding_window 4096, max_window_layers 28.
     {.model_type = "qwen2", .max_position_embeddings = 32768, .layers = layer_rule::qwen2_window, .sliding_window = 4096,
@@ -152,8 +161,8 @@ inline constexpr family families[] = {
      .sliding_window = 4096, .max_window_layers = 28, .checked = true},
     // Qwen3MoeConfig: 4 kv heads, max_position_embeddings 32768, use_sliding_window / sliding_window 4096 as
     // Qwen3 (max_window_layers 28 is v4's; v5's class has none).
-    {.model_type = "qwen3_moe", .max_position_embeddings = 32768, .layers = layer_rule::qwen2_window, .kv_heads = 4,
-     .sliding_window = 4096, .max_window_layers = 28, .checked = true},
+    {.model_type = "qwen3_moe", .max_position_embeddings = 32768, .layers = layer_rule::window_all_layers, .kv_heads = 4,
+     .sliding_window = 4096, .checked = true},
     {.model_type = "phi"},
     // Phi3Config (v5): max_position_embeddings 4096, original_max_position_embeddings 4096;
     // sliding_window (default None) applies to every layer (modeling_phi3: getattr(config, "sliding_window")).

@@ -23,7 +23,8 @@
 // - gpt-oss: layer_types (default: alternating, layer 0 sliding), sliding_window, learned sinks.
 // - Gemma-2: as gpt-oss without sinks; sliding_window 4096, query_pre_attn_scalar^−½ (default 256),
 //   attn_logit_softcapping (default 50, null = off), 8 heads / 4 kv heads by default.
-// - Mistral / Mixtral / Ministral / Starcoder2: every layer sliding when sliding_window is set (not
+// - Mistral / Ministral: layer_types when given (HF reads a Mistral file with layer_types as
+//   Ministral), else as Mixtral / Starcoder2: every layer sliding when sliding_window is set (not
 //   null), else full; absent, Mistral takes MistralConfig's 4096 (every layer slides), Mixtral None.
 // - Qwen2 / Qwen2-MoE / Qwen3 / Qwen2-VL / Qwen2.5-VL: layer_types when given; else layers i >=
 //   max_window_layers (default 28; 80 for the VL models) slide with sliding_window (default 4096), and
@@ -38,9 +39,13 @@
 //   layers use RoPE and sliding_window (default 4096), full layers are NoPE. sliding_window null:
 //   no layer rotates or slides.
 // - Phi-3 / PhiMoE: as Mistral, sliding_window (default None) on every layer.
-// - Any other family of the table reads none of these per-layer keys (config.hpp's
-//   per_layer_keys): one in its config is a config_error. A model_type without an entry (read with an
-//   explicit layout): layer_types, sliding_window and attention_chunk_size, else every layer full.
+// - Qwen3-MoE: every layer slides with sliding_window (default 4096) when use_sliding_window is true.
+// - Gemma-2/3, gpt-oss, Mistral with sliding_window null: every layer attends fully (HF's None).
+// - Any other family of the table reads none of these per-layer keys (families.hpp's
+//   per_layer_keys): a family whose HF attention reads none (Llama, OLMo, …) ignores one, with a
+//   note; false and null change nothing. A model_type without an entry (read with an explicit
+//   layout): layer_types, sliding_window (only with layer_types) and attention_chunk_size, else
+//   every layer full.
 // The per-family rules and defaults are entries of hf/families.hpp's family table.
 // DeepSeek-V2/V3: the scale carries YaRN's softmax_scale_multiplier().
 
@@ -161,8 +166,11 @@ struct model_layers {
     }
     // Mistral: sliding_window absent takes the class default (MistralConfig 4096: every layer
     // slides); null, or a family whose class defaults to None (Mixtral), attends fully.
-    const bool mistral_sliding = fam.layers == layer_rule::sliding_if_window &&
+    const bool mistral_sliding = (fam.layers == layer_rule::sliding_if_window || fam.layers == layer_rule::mistral_layers) &&
                                  (top.has("sliding_window") || (w == top.object().end() && fam.sliding_window));
+    // Qwen3-MoE: the window (None unless use_sliding_window) on every layer.
+    const bool window_all = fam.layers == layer_rule::window_all_layers && top.boolean("use_sliding_window", false) &&
+                            !null_window;
 
     out.layers.reserve(static_cast<std::size_t>(n));
     const bool smollm3 = fam.layers == layer_rule::smollm3_nope;
@@ -188,7 +196,17 @@ struct model_layers {
     }
     if (llama4) {
         const std::int64_t chunk = top.integer("attention_chunk_size", 1, limits::positions, 8192);
-        const bool tuning = top.boolean("attn_temperature_tuning", true);
+        // HF tests its truth (`if self.attn_temperature_tuning and …`): Llama 4's released files say 4.
+        bool tuning = true;
+        if (top.has("attn_temperature_tuning")) {
+            const nlohmann::json& v = top.at("attn_temperature_tuning");
+            if (v.is_boolean())
+                tuning = v.get<bool>();
+            else if (v.is_number())
+                tuning = v.get<double>() != 0.0;
+            else
+                throw config_error(top.name("attn_temperature_tuning"), detail::describe(v), "must be true, false or a number");
+        }
         llama4_attn_temperature t{.floor_scale = top.number("floor_scale", 8192.0), .attn_scale = top.number("attn_scale", 0.1)};
         try {
             t.validate();
@@ -235,7 +253,7 @@ struct model_layers {
             l.layer_type = smollm3_sliding && !use_rope[static_cast<std::size_t>(i)] ? "sliding_attention" : "full_attention";
         else if (fam.layers == layer_rule::alternating)
             l.layer_type = (i + 1) % 2 ? "sliding_attention" : "full_attention";
-        else if (mistral_sliding)
+        else if (mistral_sliding || window_all)
             l.layer_type = "sliding_attention";
         else if (qwen2_sliding && i >= max_window_layers)
             l.layer_type = "sliding_attention";
@@ -244,9 +262,12 @@ struct model_layers {
         // Window None in HF: Qwen2 with layer_types and no use_sliding_window, SmolLM3 likewise (or
         // without sliding_window), Cohere2 with sliding_window null. The layer keeps its type (and
         // rope entry) but attends fully.
+        // Gemma-2/3 and gpt-oss with sliding_window null: HF's None, every layer attends fully.
         const bool window_none = (fam.layers == layer_rule::qwen2_window && !qwen2_sliding) ||
                                  (smollm3 && !smollm3_sliding) ||
-                                 (fam.layers == layer_rule::cohere2_pattern && null_window);
+                                 ((fam.layers == layer_rule::cohere2_pattern || fam.layers == layer_rule::alternating ||
+                                   fam.layers == layer_rule::gemma3_pattern || fam.layers == layer_rule::mistral_layers) &&
+                                  null_window);
         if (l.layer_type == "sliding_attention" && window_none) {
         } else if (l.layer_type == "sliding_attention") {
             l.kind = attention_kind::sliding;

@@ -364,21 +364,35 @@ inline bool is_per_layer_type(const json& dict) {
 inline void check_layer_keys(const reader& top, const family& fam, const std::string& model_type,
                              std::vector<std::string>& notes) {
     const bool known_family = find_family(model_type) != nullptr;
-    for (const std::string_view k : per_layer_keys)
-        if (top.has(k) && !reads_layer_key(fam.layers, known_family, k))
-            throw config_error(top.name(k), describe(top.at(k)),
-                               "is a per-layer key posenc does not read for model_type " + echo_string(model_type) +
-                                   " (its rule there is not implemented; nothing is ignored)");
-    if (fam.layers == layer_rule::smollm3_nope && top.has("max_window_layers"))
-        notes.push_back(top.name("max_window_layers") +
-                        " ignored: HF's smollm3 derives its sliding layers from no_rope_layers");
+    for (const std::string_view k : per_layer_keys) {
+        if (!top.has(k) || reads_layer_key(fam.layers, known_family, k)) continue;
+        const json& v = top.at(k);
+        if (v.is_boolean() && !v.get<bool>()) continue;  // false (use_sliding_window) changes no layer
+        // A family whose HF attention reads no per-layer key (LlamaAttention, …) ignores it as HF does.
+        if (known_family && fam.layers == layer_rule::full) {
+            notes.push_back(top.name(k) + " ignored: HF's " + echo_string(model_type) + " attention does not read it");
+            continue;
+        }
+        throw config_error(top.name(k), describe(v),
+                           "is a per-layer key posenc does not read for model_type " + echo_string(model_type) +
+                               ": which layers it applies to is not known here (give layer_types, or leave it out)");
+    }
+    if (!known_family && top.has("sliding_window") && !top.at("sliding_window").is_null() && !top.has("layer_types"))
+        throw config_error(top.name("sliding_window"), describe(top.at("sliding_window")),
+                           "needs layer_types for model_type " + echo_string(model_type) +
+                               ": posenc does not know which of its layers slide");
+    if ((fam.layers == layer_rule::smollm3_nope || fam.layers == layer_rule::window_all_layers) && top.has("max_window_layers"))
+        notes.push_back(top.name("max_window_layers") + " ignored: HF's " + echo_string(model_type) +
+                        " does not use it for its sliding layers");
 }
 
 /// The config's layer_types, else the family's pattern (Gemma-3, Cohere2) over num_hidden_layers;
 /// empty when neither applies.
 inline std::vector<std::string> read_layer_types(const reader& top, const family& fam) {
     std::vector<std::string> types;
-    if (top.has("layer_types")) {
+    // A family whose rule does not read layer_types (its HF attention ignores it: noted) keeps its own.
+    const bool read_types = fam.model_type.empty() || reads_layer_key(fam.layers, true, "layer_types");
+    if (read_types && top.has("layer_types")) {
         const json& list = top.at("layer_types");
         if (!list.is_array()) throw config_error(top.name("layer_types"), describe(list), "must be a list of strings");
         if (list.size() > static_cast<std::size_t>(limits::layers))
