@@ -35,6 +35,9 @@ inline std::string_view layer_rule_keys(posenc::hf::detail::layer_rule rule) {
             return "`no_rope_layers`, `no_rope_layer_interval` (NoPE layers), `use_sliding_window`, `sliding_window`, "
                    "`max_window_layers` (ignored, noted)";
         case layer_rule::cohere2_pattern: return "`sliding_window_pattern`, `sliding_window` (full layers NoPE)";
+        case layer_rule::mistral_layers: return "`layer_types`, else `sliding_window` on every layer";
+        case layer_rule::window_all_layers:
+            return "`use_sliding_window`, `sliding_window` (every layer), `max_window_layers` (ignored, noted)";
     }
     return "";
 }

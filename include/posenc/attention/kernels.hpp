@@ -126,6 +126,58 @@ struct attention_steps {
 
     /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
     /// never transposed; the transposition would cost more than these rows' FMAs.
+#if defined(__AVX512F__)
+    /// Σ of each of the 16 vectors' lanes, all at once: lane i of the result is pairwise_sum(v[i]),
+    /// bit for bit (the same pairwise tree: lanes 8 apart, then 4, 2, 1), with 30 two-source permutes
+    /// and 15 additions instead of 16 separate reductions.
+    static __m512 pairwise_sums16(const __m512 (&v)[16]) noexcept {
+        auto stage = [](const __m512& x, const __m512& y, const __m512i& lo, const __m512i& hi) noexcept {
+            return _mm512_add_ps(_mm512_permutex2var_ps(x, lo, y), _mm512_permutex2var_ps(x, hi, y));
+        };
+        const __m512i lo8 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        const __m512i hi8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        const __m512i lo4 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+        const __m512i hi4 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+        const __m512i lo2 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+        const __m512i hi2 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+        const __m512i lo1 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i hi1 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        __m512 t[8], u[4], w[2];
+        POSENC_UNROLL for (std::size_t i = 0; i < 8; ++i) t[i] = stage(v[2 * i], v[2 * i + 1], lo8, hi8);
+        POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i) u[i] = stage(t[2 * i], t[2 * i + 1], lo4, hi4);
+        POSENC_UNROLL for (std::size_t i = 0; i < 2; ++i) w[i] = stage(u[2 * i], u[2 * i + 1], lo2, hi2);
+        return stage(w[0], w[1], lo1, hi1);
+    }
+
+    /// Rows [r0, r0 + 4) × keys [j, j + 4) of qk_dot on AVX-512: 16 accumulators, each q and k
+    /// vector loaded once for four FMAs, reduced together (the bits of qk_dot's per-key sums).
+    template <class E>
+    static void qk_dot_4x4(const attn_qk_args& a, const E* k, std::size_t r0, std::size_t j) noexcept {
+        static_assert(RB == 4);
+        const std::size_t D = a.head_dim, Dw = D / W * W;
+        const float* q0 = a.q + r0 * D;
+        const E* kr[4] = {k + j * a.k_stride, k + (j + 1) * a.k_stride, k + (j + 2) * a.k_stride, k + (j + 3) * a.k_stride};
+        __m512 acc[16];
+        POSENC_UNROLL for (std::size_t i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+        for (std::size_t d = 0; d < Dw; d += W) {
+            batch kv[4];
+            POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) kv[u] = arch_ops<Arch>::load(kr[u] + d);
+            POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i) {
+                const batch qv = batch::load_unaligned(q0 + i * D + d);
+                POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) acc[i * 4 + u] = xsimd::fma(qv, kv[u], batch(acc[i * 4 + u]));
+            }
+        }
+        alignas(64) float sums[16];
+        _mm512_store_ps(sums, pairwise_sums16(acc));
+        POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i)
+            POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) {
+                float x = sums[i * 4 + u];
+                for (std::size_t d = Dw; d < D; ++d) x += q0[i * D + d] * to_float(kr[u][d]);
+                a.s[(r0 + i) * BK + j + u] = a.row_scale ? x * a.row_scale[r0 + i] : x;
+            }
+    }
+#endif
+
     template <class E>
     static void qk_dot(const attn_qk_args& a) noexcept {
         const E* k = static_cast<const E*>(a.k);
@@ -133,6 +185,14 @@ struct attention_steps {
         for (std::size_t r = 0; r < a.rows; ++r)
             for (std::size_t j = a.keys; j < BK; ++j) a.s[r * BK + j] = 0.0f;
         std::size_t j = 0;
+#if defined(__AVX512F__)
+        if constexpr (arch_ops<Arch>::is_avx512) {
+            for (; j + 4 <= a.keys; j += 4) {
+                POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) prefetch_row(k, j + u + prefetch_rows, a.k_stride, D);
+                for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) qk_dot_4x4(a, k, r0, j);
+            }
+        }
+#endif
         for (; j + 2 <= a.keys; j += 2) {  // two keys at a time: each q vector loaded once for both
             const E* k0 = k + j * a.k_stride;
             const E* k1 = k0 + a.k_stride;

@@ -53,7 +53,7 @@ template <storage_type Storage = float>
                                                                   std::size_t capacity, std::int64_t seq_len = 0,
                                                                   attention_layer_options options = {}) {
     if (index >= model.layers.size())
-        throw range_error("posenc: layer " + detail::to_text(index) + " of a model of " + detail::to_text(model.layers.size()) +
+        throw range_error("posenc: layer " + posenc::detail::to_text(index) + " of a model of " + posenc::detail::to_text(model.layers.size()) +
                           " layers");
     // load_layers gives DeepSeek's rope part as head_dim; its MLA heads are wider and rotate their last lanes.
     if (model.model_type == "deepseek_v2" || model.model_type == "deepseek_v3")

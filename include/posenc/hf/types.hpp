@@ -44,12 +44,12 @@ struct rope_spec {
     /// M-RoPE's split as posenc::mrope; config_error unless mrope_section has 3 entries.
     [[nodiscard]] mrope mrope_params() const {
         if (mrope_section.size() != 3)
-            throw config_error("mrope_section", "list of length " + detail::to_text(mrope_section.size()),
+            throw config_error("mrope_section", "list of length " + posenc::detail::to_text(mrope_section.size()),
                                "needs 3 entries (t, h, w) for an M-RoPE rotary");
         mrope m{.interleaved = mrope_interleaved};
         for (std::size_t i = 0; i < 3; ++i) {
             if (mrope_section[i] < 0)
-                throw config_error("mrope_section", detail::to_text(mrope_section[i]), "entries must be >= 0");
+                throw config_error("mrope_section", posenc::detail::to_text(mrope_section[i]), "entries must be >= 0");
             m.section[i] = static_cast<std::size_t>(mrope_section[i]);
         }
         return m;
