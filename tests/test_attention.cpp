@@ -184,22 +184,7 @@ TEST_CASE("attention equals the double reference: partial rotary, softcap, sinks
         const std::size_t D = 16, Dv = 16;
         const posenc::xpos params{};
         posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, params);
-        std::vector<double> inv(D / 2), zeta(D / 2);
-        for (std::size_t i = 0; i < D / 2; ++i) {
-            inv[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-            zeta[i] = (2.0 * static_cast<double>(i) / static_cast<double>(D) + 0.4) / 1.4;
-        }
-        auto rot = [=](double sign) {
-            return [=](const std::vector<double>& x, std::int64_t p) {
-                std::vector<double> y = reference_rotate(x, D, false, inv, p);
-                for (std::size_t i = 0; i < D / 2; ++i) {
-                    const double s = std::pow(zeta[i], sign * static_cast<double>(p) / 512.0);
-                    y[i] *= s;
-                    y[i + D / 2] *= s;
-                }
-                return y;
-            };
-        };
+        auto rot = [&](double sign) { return xpos_half_split_rot(D, sign); };
         compared += check_matrix(
             "xpos",
             [&](std::size_t, const attn_problem&) {

@@ -202,22 +202,7 @@ std::size_t check_every_encoding(const posenc::simd::attn_kernels& ker) {
     {
         const posenc::xpos params{};
         posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, params);
-        std::vector<double> inv(D / 2), zeta(D / 2);
-        for (std::size_t i = 0; i < D / 2; ++i) {
-            inv[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-            zeta[i] = (2.0 * static_cast<double>(i) / static_cast<double>(D) + 0.4) / 1.4;
-        }
-        auto rot = [=](double sign) {
-            return [=](const std::vector<double>& x, std::int64_t p) {
-                std::vector<double> y = reference_rotate(x, D, false, inv, p);
-                for (std::size_t i = 0; i < D / 2; ++i) {
-                    const double s = std::pow(zeta[i], sign * static_cast<double>(p) / 512.0);
-                    y[i] *= s;
-                    y[i + D / 2] *= s;
-                }
-                return y;
-            };
-        };
+        auto rot = [&](double sign) { return xpos_half_split_rot(D, sign); };
         attn_model m;
         m.rot_q = rot(1.0);
         m.rot_k = rot(-1.0);

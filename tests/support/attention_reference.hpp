@@ -101,6 +101,25 @@ inline attn_model::rot rope_rot(std::size_t rotary_dim, bool interleaved, std::v
     return [=](const std::vector<double>& x, std::int64_t p) { return reference_rotate(x, rotary_dim, interleaved, inv, p, a); };
 }
 
+/// xPos (Sun et al.) in double, half-split, center 0, scale_base 512: RoPE at p, then pair i scaled
+/// by ζᵢ^(sign·p/512) with ζᵢ = (2i/D + 0.4)/1.4 (sign +1 for queries, −1 for keys).
+inline attn_model::rot xpos_half_split_rot(std::size_t D, double sign) {
+    std::vector<double> inv(D / 2), zeta(D / 2);
+    for (std::size_t i = 0; i < D / 2; ++i) {
+        inv[i] = std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+        zeta[i] = (2.0 * static_cast<double>(i) / static_cast<double>(D) + 0.4) / 1.4;
+    }
+    return [=](const std::vector<double>& x, std::int64_t p) {
+        std::vector<double> y = reference_rotate(x, D, false, inv, p);
+        for (std::size_t i = 0; i < D / 2; ++i) {
+            const double s = std::pow(zeta[i], sign * static_cast<double>(p) / 512.0);
+            y[i] *= s;
+            y[i + D / 2] *= s;
+        }
+        return y;
+    };
+}
+
 /// ALiBi's closed form for a power-of-two head count n: m_h = 2^(−max_bias·(h+1)/n).
 inline double alibi_closed_slope(std::size_t h, std::size_t n, double max_bias) {
     return std::pow(2.0, -max_bias * static_cast<double>(h + 1) / static_cast<double>(n));

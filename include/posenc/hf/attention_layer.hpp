@@ -67,7 +67,9 @@ template <storage_type Storage = float>
                            with_config(std::move(options), l));
 }
 
-/// Every layer of `model`, in order (make_attention_layers<posenc::bf16>(...): bf16 caches).
+/// Every layer of `model`, in order (make_attention_layers<posenc::bf16>(...): bf16 caches). seq_len
+/// fixes dynamic_ntk's base and longrope's factors for the layers' lifetime (0: the short ones, as
+/// rope_spec::make_rotary): a Phi-3-128k engine serving long prompts builds its layers with the length.
 template <storage_type Storage = float>
 [[nodiscard]] std::vector<basic_attention_layer<Storage>> make_attention_layers(const model_layers& model, std::size_t capacity,
                                                                                 std::int64_t seq_len = 0,
