@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The COMDAT trap (shared/notes/xsimd.md): a weak (inline or template) function emitted both by a
+# The COMDAT trap (docs/simd-and-precision.md): a weak (inline or template) function emitted both by a
 # per-architecture kernel unit (compiled with e.g. -mavx512f) and by another object of the same
 # program is merged by the linker into one copy, possibly the AVX-512 one, which then runs on CPUs
 # without AVX-512. Lists such symbols in the objects under $1 (a target's object directory, built at

@@ -1,5 +1,5 @@
 // posenc-bench: the rotary hot loop against the machine's in-place bandwidth limit and against the
-// scalar loop a user would write first, all in one run (shapes from shared/bench.md).
+// scalar loop a user would write first, all in one run (shapes: docs/benchmark-shapes.md).
 //
 //   limit/S1/threads:N          x ← a·x over the same Q and K buffers (the least work an in-place pass can do)
 //   scalar/S1/<layout>          plain scalar loop over a cos/sin table

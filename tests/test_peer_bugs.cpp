@@ -1,5 +1,5 @@
 // One regression test per bug class other positional-encoding implementations shipped
-// (shared/notes/peer-bugs.md, classes 1-15), each named after its class and able to catch it.
+// (docs/peer-bug-classes.md, classes 1-15), each named after its class and able to catch it.
 // Expected values: HF's float64 runs (tests/data/hf_golden_public.json), the published configs in
 // tests/data/configs/, or closed forms evaluated in double here — never posenc's own output.
 #include <posenc/hf/config.hpp>

@@ -6,7 +6,7 @@
 //
 // The conversions are templates on a tag (default void) so that every SIMD kernel unit, compiled
 // with its own -m flags, instantiates its own copy and never shares machine code with baseline code
-// (the COMDAT rule, shared/notes/xsimd.md); __builtin_bit_cast rather than std::bit_cast, whose
+// (the COMDAT rule, docs/simd-and-precision.md); __builtin_bit_cast rather than std::bit_cast, whose
 // instantiations would be shared between the units.
 
 #include <bit>

@@ -16,7 +16,7 @@ inline constexpr double inv_two_pi = 0.15915494309189535;
 
 /// `angle` minus the nearest multiple of 2π, accurate to ~1e-16·|angle|/2π + 1 ulp.
 /// A template so that each SIMD kernel translation unit gets its own instantiation (Tag = its arch)
-/// and never shares a machine-code copy with baseline code (shared/notes/xsimd.md, COMDAT trap).
+/// and never shares a machine-code copy with baseline code (docs/simd-and-precision.md, the COMDAT rule).
 template <class Tag = void>
 inline double reduce_angle(double angle) noexcept {
     const double n = std::nearbyint(angle * inv_two_pi);

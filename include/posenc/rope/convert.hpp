@@ -5,7 +5,7 @@
 // (i, i + d/2). HF's conversion script therefore permutes the output rows of W_q and W_k within
 // each head: half-split row j takes interleaved row 2j (j < d/2) or 2(j − d/2) + 1 (j ≥ d/2). With
 // P that permutation, half_split(P·W·x) = P·interleaved(W·x), so attention scores are unchanged.
-// A converter that skips P produces gibberish (see shared/notes/peer-bugs.md, class 7).
+// A converter that skips P produces gibberish (docs/peer-bug-classes.md, class 7).
 //
 // With partial rotary only the first rotary_dim rows of each head move; the rest stay in place.
 

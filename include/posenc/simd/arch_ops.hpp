@@ -7,7 +7,7 @@
 //  - loads that widen float / bf16 / fp16 to a float batch, stores that round a float batch to the
 //    storage type (round to nearest even): F16C for fp16 on AVX2/AVX-512, integer shift + rounding
 //    for bf16, a per-lane conversion elsewhere.
-// Only arch-templated code here (the COMDAT rule, shared/notes/xsimd.md).
+// Only arch-templated code here (the COMDAT rule, docs/simd-and-precision.md).
 
 #include <cstddef>
 #include <cstdint>

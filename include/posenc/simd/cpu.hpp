@@ -2,7 +2,7 @@
 // Facts about the CPU the program runs on (CPUID), for the choices the kernels cannot make from
 // their compile flags (F16C for fp16 under run-time dispatch), and the compile-time switch for the
 // software prefetch of 16-bit buffers. Not included by the per-architecture kernel units (the COMDAT rule,
-// shared/notes/xsimd.md): the kernels get the answers through rotate_args.
+// docs/simd-and-precision.md): the kernels get the answers through rotate_args.
 
 namespace posenc::simd {
 

@@ -2,7 +2,7 @@
 // The plain-data description of one rotary call (and of one table build) that the per-architecture
 // kernels receive. Plain fields, no member functions: code compiled with -mavx512f in a kernel
 // translation unit must not emit copies of non-template inline functions that the linker could then
-// pick for the whole program (the COMDAT trap, shared/notes/xsimd.md).
+// pick for the whole program (the COMDAT rule, docs/simd-and-precision.md).
 
 #include <cstddef>
 #include <cstdint>
