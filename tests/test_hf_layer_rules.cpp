@@ -157,7 +157,7 @@ TEST_CASE("hf layer rules: a per-layer key the family does not read is a config_
 TEST_CASE("hf layer rules: what a family's HF attention never reads is ignored with a note, as HF ignores it", "[hf][layer-rules]") {
     const std::string g = small + R"(, "rope_theta": 10000, "num_hidden_layers": 2)";
     // LlamaAttention / Olmo2Attention / DeepseekV3Attention read no per-layer key: the layers stay full.
-    for (const std::string body : {R"("model_type": "llama", "sliding_window": 16, )" + g,
+    for (const std::string& body : {R"("model_type": "llama", "sliding_window": 16, )" + g,
                                    R"("model_type": "olmo2", "layer_types": ["sliding_attention", "full_attention"], )" + g,
                                    R"("model_type": "llama", "use_sliding_window": true, )" + g}) {
         CHECK(rules_of(layers(body)) == list{"Rf", "Rf"});
