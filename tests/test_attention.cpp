@@ -271,23 +271,10 @@ TEST_CASE("attention equals the double reference: Shaw relative positions", "[at
     const std::int64_t kmax = 3;
     const std::vector<float> ak = random_floats(7 * D, 21, 0.5f), av = random_floats(7 * Dv, 22, 1.0f);
     const posenc::shaw_rpr shaw({.max_distance = kmax}, ak, D, av, Dv);
-    auto clip_row = [=](std::int64_t i, std::int64_t j) {
-        return static_cast<std::size_t>(std::clamp<std::int64_t>(j - i, -kmax, kmax) + kmax);
-    };
     const std::size_t compared = check_matrix(
         "shaw",
         [&](std::size_t, const attn_problem&) {
-            attn_model m;
-            m.add_then_scale = true;
-            m.bias = [=](std::size_t, std::int64_t i, std::int64_t j, const std::vector<double>& q) {
-                double dot = 0;
-                for (std::size_t d = 0; d < D; ++d) dot += q[d] * ak[clip_row(i, j) * D + d];
-                return dot;
-            };
-            m.out_term = [=](std::int64_t i, std::int64_t j) {
-                return std::vector<double>(av.begin() + static_cast<std::ptrdiff_t>(clip_row(i, j) * Dv),
-                                           av.begin() + static_cast<std::ptrdiff_t>((clip_row(i, j) + 1) * Dv));
-            };
+            const attn_model m = shaw_model(ak, D, av, Dv, kmax);
             return std::pair{posenc::attention_encoding{posenc::nope{}, shaw}, m};
         },
         D, Dv, 0, true, {}, max_abs(av));

@@ -157,21 +157,7 @@ std::size_t check_every_encoding(const posenc::simd::attn_kernels& ker) {
         const std::int64_t kmax = 3;
         const std::vector<float> ak = random_floats(7 * D, 21, 0.5f), av = random_floats(7 * Dv, 22, 1.0f);
         const posenc::shaw_rpr shaw({.max_distance = kmax}, ak, D, av, Dv);
-        auto clip_row = [=](std::int64_t i, std::int64_t j) {
-            return static_cast<std::size_t>(std::clamp<std::int64_t>(j - i, -kmax, kmax) + kmax);
-        };
-        attn_model m;
-        m.add_then_scale = true;
-        m.bias = [=](std::size_t, std::int64_t i, std::int64_t j, const std::vector<double>& q) {
-            double dot = 0;
-            for (std::size_t d = 0; d < D; ++d) dot += q[d] * ak[clip_row(i, j) * D + d];
-            return dot;
-        };
-        m.out_term = [=](std::int64_t i, std::int64_t j) {
-            std::vector<double> r(Dv);
-            for (std::size_t d = 0; d < Dv; ++d) r[d] = av[clip_row(i, j) * Dv + d];
-            return r;
-        };
+        const attn_model m = shaw_model(ak, D, av, Dv, kmax);
         const attn_problem p = make_attn_problem(9, 1100, 4, 1, D, Dv, 78, 0);
         std::size_t before = compared;
         check_half_case<H>(ker, "shaw", p, posenc::attention_encoding{posenc::nope{}, shaw}, m, {}, posenc::causal_mask{},

@@ -2,6 +2,7 @@
 // A naive attention in double: materialised scores, plain softmax, and every encoding's own formula
 // (rotation, xPos decay, ALiBi slopes, T5 buckets, Shaw tables) written here from the papers' closed
 // forms, not from posenc's code.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -118,6 +119,26 @@ inline attn_model::rot xpos_half_split_rot(std::size_t D, double sign) {
         }
         return y;
     };
+}
+
+/// Shaw et al.'s relative positions in double: logit += q·a^K[clip(j − i)], out += a^V[clip(j − i)],
+/// clip to [−kmax, kmax], tables [2·kmax + 1][D] and [2·kmax + 1][Dv]; Shaw's bias adds before the scale.
+inline attn_model shaw_model(std::vector<float> ak, std::size_t D, std::vector<float> av, std::size_t Dv, std::int64_t kmax) {
+    auto clip_row = [=](std::int64_t i, std::int64_t j) {
+        return static_cast<std::size_t>(std::clamp<std::int64_t>(j - i, -kmax, kmax) + kmax);
+    };
+    attn_model m;
+    m.add_then_scale = true;
+    m.bias = [=](std::size_t, std::int64_t i, std::int64_t j, const std::vector<double>& q) {
+        double dot = 0;
+        for (std::size_t d = 0; d < D; ++d) dot += q[d] * ak[clip_row(i, j) * D + d];
+        return dot;
+    };
+    m.out_term = [=](std::int64_t i, std::int64_t j) {
+        return std::vector<double>(av.begin() + static_cast<std::ptrdiff_t>(clip_row(i, j) * Dv),
+                                   av.begin() + static_cast<std::ptrdiff_t>((clip_row(i, j) + 1) * Dv));
+    };
+    return m;
 }
 
 /// ALiBi's closed form for a power-of-two head count n: m_h = 2^(−max_bias·(h+1)/n).
