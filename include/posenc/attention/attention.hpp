@@ -262,6 +262,11 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
         run_round_robin(threads, opt, items, [&](std::size_t item, std::size_t tid) {
             attn_scratch& w = scratch[tid];
             const attn_query_tile t = call.load_queries(item, w);
+            if (sh.segments == 1) {  // folding one segment into an empty total copies it: finish from it
+                call.run_segment(t, 0, w, w.segment());
+                finish_rows(t, w.segment(), sh, out, extra);
+                return;
+            }
             clear_total(w.total(), t.R);
             for (std::size_t seg = 0; seg < sh.segments; ++seg) {
                 call.run_segment(t, seg, w, w.segment());
