@@ -94,10 +94,6 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
         enc, q, heads_view<const H>(k), heads_view<const H>(v), out, lse, q_positions, k_positions, mask, options);
 }
 
-/// out (and lse, if given) = the merge of `parts` (see the top of this file), with `sinks` (one per
-/// query head, or none) joining each row's denominator once. Every part has out's shape and Tq·Hq lse
-/// values. out may be one part's view itself (same memory and strides) and lse one part's lse, so a
-/// reduction can merge in place; any other overlap is rejected. Everything is checked first.
 /// attention_partial over everything a kv_cache holds (its keys are rotated: the query transform is
 /// checked against the cache's, as attention() over a cache does).
 template <class Transform, class Bias, class Scale, class CacheTransform, class Storage, attention_mask Mask = no_mask>
@@ -112,6 +108,10 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
         enc, q, cache.keys(), cache.values(), out, lse, q_positions, cache.positions(), mask, options);
 }
 
+/// out (and lse, if given) = the merge of `parts` (see the top of this file), with `sinks` (one per
+/// query head, or none) joining each row's denominator once. Every part has out's shape and Tq·Hq lse
+/// values. out may be one part's view itself (same memory and strides) and lse one part's lse, so a
+/// reduction can merge in place; any other overlap is rejected. Everything is checked first.
 inline void merge_attention_partials(std::span<const attention_part> parts, heads_view<float> out,
                                      std::span<float> lse = {}, std::span<const float> sinks = {}) {
     using detail::require;
