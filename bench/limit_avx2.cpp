@@ -1,6 +1,6 @@
 // x ← a·x, x ^= sign and dst ← src with 256-bit vectors, four at a time, with or without asking for
 // the lines 8 KiB ahead (software prefetch): the benchmarks take the faster of the two as the limit
-// (posenc_bench.cpp, limit_clock), since which one wins depends on the machine. Only xsimd code
+// (harness.hpp, limit_clock), since which one wins depends on the machine. Only xsimd code
 // templated on fma3<avx2> here, so nothing compiled with -mavx2 can be shared with baseline code
 // (the COMDAT trap).
 #include <cstdint>

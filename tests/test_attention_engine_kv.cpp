@@ -22,17 +22,12 @@
 #include "support/attention_reference.hpp"
 #include "support/catch.hpp"
 #include "support/heads.hpp"
+#include "support/storage16.hpp"
 
 using namespace posenc_test;
 
 namespace engine_kv_test {
 
-template <class H>
-std::vector<H> to_half(const std::vector<float>& x) {
-    std::vector<H> r(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) r[i] = H(x[i]);
-    return r;
-}
 template <class H>
 std::vector<float> widened(const std::vector<H>& x) {
     std::vector<float> r(x.size());
@@ -67,7 +62,7 @@ template <class H, class Enc, class Mask>
 void check_half_case(const posenc::simd::attn_kernels& ker, const std::string& name, attn_problem p, const Enc& enc,
                      attn_model model, posenc::attention_options opt, const Mask& mask, const visible_fn& visible,
                      std::size_t& compared) {
-    const std::vector<H> kh = to_half<H>(p.k), vh = to_half<H>(p.v);
+    const std::vector<H> kh = to_storage<H>(p.k), vh = to_storage<H>(p.v);
     p.k = widened(kh);
     p.v = widened(vh);
     std::vector<float> q = p.q, k = p.k, v = p.v, out_f(p.Tq * p.Hq * p.Dv, -5.0f), out_h(out_f.size(), -7.0f);
@@ -243,7 +238,7 @@ TEST_CASE("attention, bf16/fp16 K and V: the float path's bits on the same value
 
 TEST_CASE("attention, 16-bit K/V: const and mutable views, the float call's bits", "[attention][engine][16bit]") {
     const attn_problem p = make_attn_problem(2, 300, 8, 2, 32, 32, 91);
-    std::vector<posenc::bf16> k = to_half<posenc::bf16>(p.k), v = to_half<posenc::bf16>(p.v);
+    std::vector<posenc::bf16> k = to_storage<posenc::bf16>(p.k), v = to_storage<posenc::bf16>(p.v);
     std::vector<float> kf = widened(k), vf = widened(v), q = p.q, a(2 * 8 * 32), b(a.size()), c(a.size());
     posenc::rotary<posenc::half_split> rope({.head_dim = 32}, posenc::default_rope{});
     const posenc::attention_encoding enc{rope};
@@ -338,7 +333,7 @@ TEST_CASE("kv_cache<fp16> of NoPE: K and V rounded once, 16-bit inputs copied", 
     posenc::kv_cache<posenc::nope, posenc::fp16> cache(posenc::nope{}, {.kv_heads = Hkv, .head_dim = D, .capacity = 2 * T});
     cache.append(posenc::heads_view<const float>(k.data(), {T, Hkv, D}), posenc::heads_view<const float>(v.data(), {T, Hkv, D}),
                  posenc::position_ids::consecutive(0, T));
-    std::vector<posenc::fp16> kh = to_half<posenc::fp16>(k), vh = to_half<posenc::fp16>(v);
+    std::vector<posenc::fp16> kh = to_storage<posenc::fp16>(k), vh = to_storage<posenc::fp16>(v);
     cache.append(posenc::heads_view<const posenc::fp16>(kh.data(), {T, Hkv, D}),
                  posenc::heads_view<const posenc::fp16>(vh.data(), {T, Hkv, D}), posenc::position_ids::consecutive(T, T));
     std::size_t mismatch = 0;
@@ -397,7 +392,7 @@ TEST_CASE("attention: split-KV for every group size, 16-bit K/V, sinks, lse and 
         for (const std::size_t Hkv : {1u, 2u}) {
             const std::size_t Hq = G * Hkv, Tk = 3300, D = 32, Dv = 24;
             attn_problem p = make_attn_problem(1, Tk, Hq, Hkv, D, Dv, static_cast<std::uint32_t>(500 + G * 10 + Hkv));
-            const std::vector<posenc::bf16> kh = to_half<posenc::bf16>(p.k), vh = to_half<posenc::bf16>(p.v);
+            const std::vector<posenc::bf16> kh = to_storage<posenc::bf16>(p.k), vh = to_storage<posenc::bf16>(p.v);
             p.k = widened(kh);
             p.v = widened(vh);
             const std::vector<float> sinks = random_floats(Hq, 3, 1.0f);

@@ -245,7 +245,7 @@ TEST_CASE("long prefills: recurrence rows equal direct per-position rows", "[rop
     // within 1 ulp of the closed form. (Before that check, with an earlier step computation, 5778 of
     // these 16.8M values differed and 444 were more than 1 ulp from the closed form. With exact angles
     // the recurrence now matches even without the check, so the check itself is guarded by the
-    // batch-invariance tests in test_engine.cpp, whose angles round.)
+    // batch-invariance tests in test_batch_invariance.cpp, whose angles round.)
     const std::size_t D = 128, T = 8192;
     std::vector<double> inv(D / 2);
     for (std::size_t i = 0; i < inv.size(); ++i) inv[i] = static_cast<double>(2 * i + 1) / 64.0;

@@ -228,7 +228,7 @@ GROUPS = {
     "hf": ["test_hf_config"],
     "attention": ["test_attention", "test_attention_properties", "test_kv_cache", "test_hardening_attention",
                   "test_attention_engine_kv"],
-    "engine": ["test_engine", "test_bf16_exact"],
+    "engine": ["test_storage16", "test_out_of_place", "test_batch_invariance", "test_fused_norm", "test_bf16_exact"],
 }
 
 # Headers compiled only into the per-architecture kernel units under run-time dispatch (and into

@@ -1,6 +1,8 @@
-// Review fixes of the hf11 family table and layer reader. Expected values are the defaults of HF's
-// config classes (configuration_<model>.py, quoted per check) or the configs' own numbers, never
-// posenc's output.
+// The HF config reader's per-family rules: the defaults of HF's config classes when a key is absent,
+// families that must state rope_theta, family-specific key names (GPT-J's n_head / n_layer), and
+// rope dicts per layer type. Expected values are the defaults of HF's config classes
+// (configuration_<model>.py, quoted per check) or the configs' own numbers, never posenc's output.
+// (The names keep the "hf11b:" prefix they were selected by.)
 #include <posenc/hf/layers.hpp>
 
 #include <cmath>
