@@ -65,7 +65,7 @@ MUTANTS = [
      "thread slice: int32 positions not offset"),
     ("detail/simd_bridge.hpp", "if (a.pos64) a.pos64 += begin;", "if (a.pos64) a.pos64 += end - begin;",
      "thread slice: int64 positions offset by the slice length"),
-    ("detail/parallel.hpp", "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads); };",
+    ("core/detail/parallel.hpp", "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads); };",
      "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads - (k + 1 < threads)); };",
      "thread slice boundary: one token per boundary skipped"),
     # SIMD kernels

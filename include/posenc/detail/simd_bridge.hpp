@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "posenc/detail/parallel.hpp"
+#include "posenc/core/detail/parallel.hpp"
 #include "posenc/detail/rotate_job.hpp"
 #include "posenc/detail/rotate_scalar.hpp"
 #include "posenc/rope/layout.hpp"

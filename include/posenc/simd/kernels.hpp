@@ -25,12 +25,12 @@
 #include <type_traits>
 
 #include "posenc/core/dtypes.hpp"
-#include "posenc/detail/angles.hpp"
+#include "posenc/core/detail/angles.hpp"
 #include "posenc/simd/arch_ops.hpp"
 #include "posenc/simd/functors.hpp"
 #include "posenc/simd/rotate_args.hpp"
 #include "posenc/simd/xsimd_compat.hpp"
-#include "posenc/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
+#include "posenc/core/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
 
 POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
