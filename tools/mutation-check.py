@@ -58,12 +58,12 @@ MUTANTS = [
     ("rope/layout.hpp", "static constexpr std::size_t first(std::size_t i, std::size_t /*rotary_dim*/) noexcept { return 2 * i; }",
      "static constexpr std::size_t first(std::size_t i, std::size_t /*rotary_dim*/) noexcept { return 2 * i + 1; }",
      "interleaved pair lanes swapped (scalar backend)"),
-    ("detail/rotate_scalar.hpp", "const double sign = inverse ? -1.0 : 1.0;", "const double sign = inverse ? 1.0 : -1.0;",
+    ("rope/detail/rotate_scalar.hpp", "const double sign = inverse ? -1.0 : 1.0;", "const double sign = inverse ? 1.0 : -1.0;",
      "scalar backend rotates the wrong way"),
     # thread slices
-    ("detail/simd_bridge.hpp", "if (a.pos32) a.pos32 += begin;", "",
+    ("rope/detail/simd_bridge.hpp", "if (a.pos32) a.pos32 += begin;", "",
      "thread slice: int32 positions not offset"),
-    ("detail/simd_bridge.hpp", "if (a.pos64) a.pos64 += begin;", "if (a.pos64) a.pos64 += end - begin;",
+    ("rope/detail/simd_bridge.hpp", "if (a.pos64) a.pos64 += begin;", "if (a.pos64) a.pos64 += end - begin;",
      "thread slice: int64 positions offset by the slice length"),
     ("core/detail/parallel.hpp", "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads); };",
      "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads - (k + 1 < threads)); };",
@@ -212,9 +212,9 @@ MUTANTS = [
     ("attention/shaw.hpp", "if (weights.size() != keys.size() || out.size() != dv_)", "if (false)",
      "Shaw's output term: mismatched spans truncated instead of rejected"),
     # the views of a call
-    ("detail/rotate_job.hpp", "if (!q.empty() && !k.empty() && q.data() == k.data())", "if (false)",
+    ("rope/detail/rotate_job.hpp", "if (!q.empty() && !k.empty() && q.data() == k.data())", "if (false)",
      "in-place Q and K of the same memory accepted (rotated twice)"),
-    ("detail/rotate_job.hpp", "    if (absent(v)) return;", "    if (v.empty()) return;",
+    ("rope/detail/rotate_job.hpp", "    if (absent(v)) return;", "    if (v.empty()) return;",
      "an empty view skipped whatever its token count"),
 ]
 

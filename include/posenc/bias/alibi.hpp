@@ -32,7 +32,7 @@
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/detail/lifetimebound.hpp"
-#include "posenc/detail/score_row.hpp"
+#include "posenc/bias/detail/score_row.hpp"
 
 namespace posenc {
 

@@ -38,7 +38,7 @@
 #include "posenc/core/detail/angles.hpp"
 #include "posenc/core/detail/checked_size.hpp"
 #include "posenc/core/detail/lifetimebound.hpp"
-#include "posenc/detail/simd_bridge.hpp"
+#include "posenc/rope/detail/simd_bridge.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
 #include "posenc/rope/rotary.hpp"

@@ -30,7 +30,7 @@
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
 #include "posenc/core/detail/lifetimebound.hpp"
-#include "posenc/detail/simd_bridge.hpp"
+#include "posenc/rope/detail/simd_bridge.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
 #include "posenc/rope/qk_norm.hpp"

@@ -12,7 +12,7 @@
 #include "posenc/core/detail/angles.hpp"
 #include "posenc/core/detail/checked_size.hpp"
 #include "posenc/core/detail/lifetimebound.hpp"
-#include "posenc/detail/table_storage.hpp"
+#include "posenc/rope/detail/table_storage.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/simd/dispatch.hpp"
 

@@ -45,8 +45,8 @@
 #include "posenc/core/tensor.hpp"
 #include "posenc/core/detail/angles.hpp"
 #include "posenc/core/detail/lifetimebound.hpp"
-#include "posenc/detail/rotate_scalar.hpp"
-#include "posenc/detail/simd_bridge.hpp"
+#include "posenc/rope/detail/rotate_scalar.hpp"
+#include "posenc/rope/detail/simd_bridge.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
 

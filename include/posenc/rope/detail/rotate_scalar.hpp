@@ -9,7 +9,7 @@
 
 #include "posenc/core/dtypes.hpp"
 #include "posenc/core/detail/angles.hpp"
-#include "posenc/detail/rotate_job.hpp"
+#include "posenc/rope/detail/rotate_job.hpp"
 
 namespace posenc::detail {
 
