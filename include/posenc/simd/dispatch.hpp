@@ -14,6 +14,7 @@
 
 #include <cstddef>
 
+#include "posenc/simd/archs.hpp"
 #include "posenc/simd/cpu.hpp"
 #include "posenc/simd/functors.hpp"
 #include "posenc/simd/rotate_args.hpp"
@@ -28,19 +29,25 @@
 namespace posenc::simd {
 
 #ifdef POSENC_SIMD_RUNTIME_DISPATCH
-/// Best first, as xsimd::dispatch requires.
-using dispatch_archs = xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
+/// xsimd::arch_list of every type after the first (how a comma-led list from POSENC_SIMD_ARCHS
+/// becomes one).
+template <class Ignored, class... Archs>
+struct arch_list_after_first {
+    using type = xsimd::arch_list<Archs...>;
+};
 
-#define POSENC_SIMD_DECLARE(ARCH)                                                                  \
+/// POSENC_SIMD_ARCHS (simd/archs.hpp), best first, as xsimd::dispatch requires.
+#define POSENC_SIMD_TAG_AFTER_COMMA(name, ARCH, flags) , ARCH
+using dispatch_archs = arch_list_after_first<void POSENC_SIMD_ARCHS(POSENC_SIMD_TAG_AFTER_COMMA)>::type;
+#undef POSENC_SIMD_TAG_AFTER_COMMA
+
+#define POSENC_SIMD_DECLARE(name, ARCH, flags)                                                      \
     extern template void rotate_functor::operator()<ARCH>(ARCH, const rotate_args&) const noexcept; \
     extern template void table_functor::operator()<ARCH>(ARCH, const table_args&) const noexcept;
-POSENC_SIMD_DECLARE(xsimd::avx512bw)
-POSENC_SIMD_DECLARE(xsimd::fma3<xsimd::avx2>)
-POSENC_SIMD_DECLARE(xsimd::sse4_2)
-POSENC_SIMD_DECLARE(xsimd::sse2)
+POSENC_SIMD_ARCHS(POSENC_SIMD_DECLARE)
 #undef POSENC_SIMD_DECLARE
 
-/// For fp16 on a CPU that has AVX2 but not F16C (the AVX2 unit is compiled with -mf16c).
+/// For fp16 on a CPU that has AVX2 but not F16C: the entries of POSENC_SIMD_ARCHS compiled without -mf16c.
 using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
 
 [[nodiscard]] inline bool uses_fp16(const rotate_args& a) noexcept {
