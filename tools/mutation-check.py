@@ -94,7 +94,7 @@ MUTANTS = [
     ("simd/kernels.hpp", "for (std::size_t i = 0; i < n; ++i) s[i] = -s[i];", "for (std::size_t i = 1; i < n; ++i) s[i] = -s[i];",
      "inverse: pair 0 not negated"),
     # frequencies and schedules
-    ("rope/frequencies.hpp", "const auto rotary = static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor);",
+    ("core/rope_frequencies.hpp", "const auto rotary = static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor);",
      "const auto rotary = static_cast<std::size_t>(std::round(static_cast<double>(head_dim) * partial_rotary_factor));",
      "partial rotary: rounds instead of truncating"),
     ("rope/frequencies.hpp", "inv[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim));",
@@ -250,7 +250,7 @@ def group_of(f):
         return "bias"
     if f.startswith(("absolute/", "xpos/", "logit/")):
         return "other"
-    if f.split("/")[-1] in ("frequencies.hpp", "yarn.hpp", "llama3.hpp", "longrope.hpp", "dynamic_ntk.hpp",
+    if f.split("/")[-1] in ("frequencies.hpp", "rope_frequencies.hpp", "yarn.hpp", "llama3.hpp", "longrope.hpp", "dynamic_ntk.hpp",
                             "ntk_aware.hpp", "ntk_by_parts.hpp"):
         return "schedules"
     return "rope"

@@ -4,6 +4,7 @@
 // head width and the rotary width the schedule is evaluated for. In core/ because the
 // frequency_schedule concept (core/concepts.hpp) names rope_frequencies.
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
