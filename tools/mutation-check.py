@@ -69,26 +69,26 @@ MUTANTS = [
      "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads - (k + 1 < threads)); };",
      "thread slice boundary: one token per boundary skipped"),
     # SIMD kernels
-    ("simd/kernels.hpp", "return ops::fnma(x2, s, x1 * c);", "return ops::fma(x2, s, x1 * c);",
+    ("simd/rotate_kernels.hpp", "return ops::fnma(x2, s, x1 * c);", "return ops::fma(x2, s, x1 * c);",
      "half_split vector rotation: wrong sign of x2·sin"),
     ("simd/kernels.hpp", "alt[k] = k % 2 ? 1.0f : -1.0f;", "alt[k] = k % 2 ? -1.0f : 1.0f;",
      "interleaved vector rotation: sin signs swapped"),
-    ("simd/kernels.hpp", "for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
+    ("simd/lane_io.hpp", "for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
      "for (std::size_t k = 0; k + 1 < m; ++k) y[k] = out[k];", "tail: the last lane past the full vectors not written"),
-    ("simd/kernels.hpp", "        ops::store(out, v);\n        for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
+    ("simd/lane_io.hpp", "        ops::store(out, v);\n        for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
      "        ops::store(out, v);\n        if constexpr (std::is_same_v<D, float>) if (m > 1) out[m - 1] = __builtin_nanf(\"\");\n"
      "        for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
      "tail: NaN written into the last lane of a float tail"),
-    ("simd/kernels.hpp", "const double b = amp * (reach * inv_freq[i] + 1e-13);", "const double b = amp * 1e-13;",
+    ("simd/cos_sin_rows.hpp", "const double b = amp * (reach * inv_freq[i] + 1e-13);", "const double b = amp * 1e-13;",
      "recurrence check: the angles' rounding at large positions left out of its bound"),
-    ("simd/kernels.hpp", "if (offset == 0 || first) {", "if (offset == 0 || (first && offset > 16)) {",
+    ("simd/cos_sin_rows.hpp", "if (offset == 0 || first) {", "if (offset == 0 || (first && offset > 16)) {",
      "recurrence: first row of a call not seeded"),
-    ("simd/kernels.hpp", "static constexpr std::int64_t far_position = std::int64_t{1} << 26;",
+    ("simd/cos_sin_rows.hpp", "static constexpr std::int64_t far_position = std::int64_t{1} << 26;",
      "static constexpr std::int64_t far_position = std::int64_t{1} << 40;",
      "vector angle reduction used beyond its exact range"),
-    ("simd/kernels.hpp", "(xsimd::select(q >= two, -sv, sv) * amp).store_unaligned(sd + i);",
+    ("simd/cos_sin_rows.hpp", "(xsimd::select(q >= two, -sv, sv) * amp).store_unaligned(sd + i);",
      "(xsimd::select(q > two, -sv, sv) * amp).store_unaligned(sd + i);", "quadrant 2: wrong sine sign"),
-    ("simd/kernels.hpp", "sn = ops::fma(z, sn, dbatch(-1.0 / 5040.0));", "sn = ops::fma(z, sn, dbatch(-1.0 / 5000.0));",
+    ("simd/cos_sin_rows.hpp", "sn = ops::fma(z, sn, dbatch(-1.0 / 5040.0));", "sn = ops::fma(z, sn, dbatch(-1.0 / 5000.0));",
      "sine Taylor coefficient wrong"),
     ("simd/kernels.hpp", "if (src && a.row_scale == 1.0) {", "if (src) {", "row_scale ignored for table rows"),
     ("simd/kernels.hpp", "for (std::size_t i = 0; i < n; ++i) s[i] = -s[i];", "for (std::size_t i = 1; i < n; ++i) s[i] = -s[i];",
@@ -165,11 +165,11 @@ MUTANTS = [
      "_mm512_cvtps_ph(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)", "fp16 store (AVX-512): truncates"),
     ("simd/kernels.hpp", "if (bf16_views) tr.pairs = !ops::any_nan(tr.c, tr.s, n);", "if (bf16_views) tr.pairs = true;",
      "bf16 word pairs also for rows that hold NaN (outside their precondition)"),
-    ("simd/kernels.hpp", "(one / xsimd::sqrt((power_of_two ? sv * inv_d : sv / d) + e)).store_aligned(v);",
+    ("simd/norm_kernels.hpp", "(one / xsimd::sqrt((power_of_two ? sv * inv_d : sv / d) + e)).store_aligned(v);",
      "(one / xsimd::sqrt(power_of_two ? sv * inv_d : sv / d)).store_aligned(v);", "fused norm: eps ignored"),
     ("simd/kernels.hpp", "                                tr.out_of_place);", "                                false);",
      "out of place: lanes past rotary_dim not copied to the destination"),
-    ("simd/kernels.hpp", "        return unstable == 0;", "        return true;",
+    ("simd/cos_sin_rows.hpp", "        return unstable == 0;", "        return true;",
      "recurrence rows used without the check that they round like the direct row"),
     ("rope/qk_norm.hpp", "for (float& x : w_) x = 1.0f + x;", "for (float& x : w_) x = 0.0f + x;",
      "Gemma's 1 + weight dropped"),
@@ -234,7 +234,8 @@ GROUPS = {
 # Headers compiled only into the per-architecture kernel units under run-time dispatch (and into
 # posenc-inspect, built without it): a mutant there rebuilds just those, so it runs against the whole
 # suite at once.
-KERNEL_UNITS = ("simd/kernels.hpp", "simd/arch_ops.hpp", "attention/kernels.hpp")
+KERNEL_UNITS = ("simd/kernels.hpp", "simd/lane_io.hpp", "simd/cos_sin_rows.hpp", "simd/norm_kernels.hpp",
+                "simd/rotate_kernels.hpp", "simd/arch_ops.hpp", "attention/kernels.hpp")
 
 
 def group_of(f):
