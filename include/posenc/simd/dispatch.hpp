@@ -57,12 +57,8 @@ using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
 }
 
 /// Runs one call (or one thread's slice of a call) on the widest kernels this CPU has, whatever the
-/// call's size. (An earlier build used the 256-bit kernels for calls over 1 MiB: on the first Zen 5
-/// measured, a plain 512-bit loop had reached ~70% of the in-place limit at DRAM sizes. With whole-head
-/// loads before stores, see kernels.hpp, the 512-bit kernels were then measured faster at every size on
-/// a Zen 5 EPYC: S1, one thread, against the limit in the same run, float 1.01 / 0.98 against
-/// 0.94 / 0.83 and fp16 0.91 / 0.84 against 0.41 / 0.50, half-split / interleaved. One width also
-/// means the width cannot make a token's bits depend on the call's size.)
+/// call's size: with whole-head loads before stores (kernels.hpp) the widest measured fastest at every
+/// size, and one width keeps a token's bits independent of the call's size.
 inline void rotate(const rotate_args& args) noexcept {
     if (uses_fp16(args) && !cpu_has_f16c())
         xsimd::dispatch<no_f16c_archs>(rotate_functor{})(args);

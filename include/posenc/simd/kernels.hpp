@@ -8,8 +8,7 @@
 // head of Q and K; per head: read the source (float, bf16 or fp16), optionally normalise (fused
 // per-head RMSNorm), rotate in float32, round once to the destination type and write it (in place or
 // to another buffer: one read and one write). A head's chunk (up to `unroll` vectors per half) is
-// loaded completely before it is stored — on Zen 5 a load/store-interleaved 512-bit loop ran at half
-// the speed.
+// loaded completely before it is stored: interleaved loads and stores halved the 512-bit loop's speed.
 //
 // Batch invariance: every lane of every width goes through the same operations in the same order —
 // the same FMAs (arch_ops), the cos/sin row computed by the same per-lane double formulas (prefill's
@@ -83,7 +82,7 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
         // Fused norm, a block of heads at a time: every head's sum of squares and the block's scales
         // first (no head waits on its own reduction and square root), then the rotations, reading the
         // block again from L1 (in place too: a block's reads all precede its writes). 8 heads: the
-        // fastest block in memory on the AVX2 VM (docs/engine-performance.md).
+        // fastest block measured (docs/engine-performance.md).
         constexpr std::size_t block = 8;
         for (std::size_t h0 = 0; h0 < v.heads; h0 += block) {
             view_args part = v;
@@ -167,8 +166,7 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
                 tr.c = src;
                 tr.s = src + n;
                 // The next token's row, asked for now: every head of this token waits on its row, and a
-                // table larger than L2 holds it in memory (kv/append on Zen 5, 8 heads a token: 0.59–0.65
-                // → 0.68–0.75 of its limit, three alternating rounds).
+                // table larger than L2 holds it in memory.
                 if (t + 1 < a.tokens)
                     rotate_base::template prefetch_lines<0>(a.rows ? a.rows + (t + 1) * r : a.table + static_cast<std::size_t>(position(a, t + 1)) * r,
                                       0, r * sizeof(float));

@@ -16,9 +16,8 @@ POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
 
 /// Makes the compiler treat a loaded vector as produced here, so every load of a head happens before
-/// its first store. Compilers otherwise interleave them (load, store, load, store, …), and on Zen 5
-/// that made the 512-bit loop run at half the speed of the 256-bit one at L3/DRAM sizes. Register
-/// operands only: no memory clobber, nothing is spilled.
+/// its first store: compilers otherwise interleave them (load, store, …), which halved the 512-bit
+/// loop's speed at L3/DRAM sizes. Register operands only: no memory clobber, nothing is spilled.
 template <class Batch>
 inline void pin_in_register(Batch& b) noexcept {
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))

@@ -30,9 +30,8 @@ struct norm_kernels : lane_io<Arch> {
 
     /// Σx² over a head's head_dim lanes, in a fixed order for every width: 32 partial sums (lane j
     /// collects x[32k + j]², k increasing, one FMA each), then a fixed pairwise tree (j += j + 16, then
-    /// + 8, + 4, + 2, + 1), all in registers. (32, not 16: two independent FMA chains per head on
-    /// AVX-512; with in-lane shuffles for the tree, the fused norm's L2-resident head went from 15.0
-    /// to 12.9 ns on Zen 5. An eight-head tree sharing its shuffles gave nothing more.)
+    /// + 8, + 4, + 2, + 1), all in registers. 32, not 16: two independent FMA chains per head on
+    /// AVX-512, which measured faster.
     template <class S>
     static float sum_of_squares(const S* x, std::size_t head_dim) noexcept {
         constexpr std::size_t B = norm_lanes / W;

@@ -186,17 +186,15 @@ struct rotate_kernels : lane_io<Arch> {
 
     /// Asks for the lines `bytes` past p (a hint: it never faults, also past the end of a buffer, and
     /// the address is computed without pointer arithmetic).
-    /// Always inlined: g++ 12 at -O2 found the out-of-line function free of side effects (IPA modref)
-    /// and deleted the calls, so float kernels ran without their prefetches (S1 1.6× slower).
+    /// Always inlined: g++ 12 at -O2 finds the out-of-line function free of side effects (IPA modref)
+    /// and deletes the calls.
     template <int ForWriting>
     [[gnu::always_inline]] static void prefetch_lines(const void* p, std::size_t ahead, std::size_t bytes) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
         const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + ahead;
-        // (A counted loop: one over line addresses, `line < at + bytes`, made the fused norm 1.5×
-        // slower with g++ 12. A head that starts inside a line leaves its last line to the hardware.
-        // Unrolled: rolled, the loop's add, compare and branch outnumbered a float head's arithmetic;
-        // on Zen 5 kv/append went 0.67–0.76 → 0.71–0.78 of its limit, S1-qknorm interleaved
-        // 0.76–0.79 → 0.89–0.90, three alternating rounds.)
+        // A loop counted in bytes (one over line addresses measured slower with g++ 12), unrolled so
+        // that its add, compare and branch do not outnumber a float head's arithmetic; a head that
+        // starts inside a line leaves its last line to the hardware.
 #pragma GCC unroll 8
         for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(reinterpret_cast<const void*>(at + b), ForWriting);
 #else
@@ -207,10 +205,8 @@ struct rotate_kernels : lane_io<Arch> {
     // ---- one tensor of one token ------------------------------------------------------------------
 
     /// Head x → y of the next token, asked for while this one is rotated: float sources and
-    /// destinations always (the hardware prefetcher alone left the loads waiting on memory; Zen 3:
-    /// in-place S1 10–20% faster, the fused norm's first pass over a head no longer stalls the
-    /// rotations), 16-bit sources unless tr.prefetch_16bit is off (simd::prefetch_16bit()); 16-bit
-    /// destinations never (not measured).
+    /// destinations always (the hardware prefetcher alone leaves the loads waiting on memory), 16-bit
+    /// sources unless tr.prefetch_16bit is off (simd::prefetch_16bit()), 16-bit destinations never.
     /// Nothing after the last token: there is no next token, and a one-token call (decode) would only
     /// ask again for lines already in L1, which costs load slots the rotation needs.
     template <class S, class D>
@@ -226,11 +222,9 @@ struct rotate_kernels : lane_io<Arch> {
     /// word pairs, the next token's source lines asked for first (as prefetch_next_token). What the
     /// loop needs of v, tr and src_of is copied into locals before it: every head's stores go through
     /// may-alias vector types, after which the compiler reloads all of it, head after head, and for
-    /// these loops that scalar work had outgrown the vector arithmetic (docs/engine-performance.md,
-    /// for the figures). The float and fp16 loops keep reading v and tr per head: with the
-    /// same locals S1 float ran slower on Zen 5 (0.85–0.87 → 0.71–0.81 of its limit, four alternating
-    /// runs; its loop's instructions are the same but for the reloads, and why is not understood) and
-    /// fp16 did not move.
+    /// these loops that scalar work outgrew the vector arithmetic. The float and fp16 loops keep
+    /// reading v and tr per head: the same locals measured slower for float and no faster for fp16
+    /// (docs/engine-performance.md).
     template <class Heads, class Body>
     [[gnu::always_inline]] static void for_each_head(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr,
                                                      const Body& body) noexcept {

@@ -1,8 +1,8 @@
 #pragma once
 // Splitting a call's tokens into slices: on the caller's executor when it gave one, else OpenMP
 // when the program is built with it, else std::thread. Nothing global: threads live for one call.
-// Calls too small to pay for a thread (about 1-2 µs of synchronisation between the two CCDs of this
-// machine) stay on the caller's thread. A token's result does not depend on the slicing.
+// Calls too small to pay for a thread (a microsecond or two of synchronisation) stay on the caller's
+// thread. A token's result does not depend on the slicing.
 
 #include <algorithm>
 #include <cstddef>
