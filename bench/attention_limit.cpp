@@ -2,7 +2,7 @@
 #define EIGEN_DONT_PARALLELIZE  // one GEMM per thread, threads are ours
 #include <Eigen/Core>
 
-#include <posenc/detail/parallel.hpp>
+#include <posenc/core/detail/parallel.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 #pragma once
 // The bandwidth limit of an in-place pass: x ← a·x, vectorized, over the same buffers RoPE touches.
 // 256-bit vectors: on Zen 5 a plain 512-bit loop reached only about half of this at L3/DRAM sizes.
-#include <posenc/detail/parallel.hpp>
+#include <posenc/core/detail/parallel.hpp>
 #include <posenc/simd/xsimd_compat.hpp>
 
 #include <cstddef>

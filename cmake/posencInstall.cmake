@@ -14,7 +14,8 @@ if(TARGET posenc_hf)
 endif()
 
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/posencConfig.cmake.in"
-  "${PROJECT_BINARY_DIR}/posencConfig.cmake" INSTALL_DESTINATION "${POSENC_CMAKE_DIR}")
+  "${PROJECT_BINARY_DIR}/posencConfig.cmake" INSTALL_DESTINATION "${POSENC_CMAKE_DIR}"
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR)
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/posencConfigVersion.cmake"
   COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
 install(FILES

@@ -1,28 +1,41 @@
 # posenc_add_simd_dispatch(<target>)
 #
 # Makes <target> choose posenc's SIMD kernels at run time for the CPU it runs on: compiles one
-# translation unit per x86-64 architecture (AVX-512BW, AVX2+FMA, SSE4.2, SSE2), each with its own
-# flags, adds them to <target> and defines POSENC_SIMD_DISPATCH for <target> and what links it (every
-# translation unit of a program that uses posenc must agree on it). Call it once per program, on the
+# translation unit per x86-64 architecture of include/posenc/simd/archs.hpp (AVX-512BW, AVX2+FMA,
+# SSE4.2, SSE2), each with its own flags, adds them to <target> and defines POSENC_SIMD_DISPATCH for
+# <target> and what links it (every translation unit of a program that uses posenc must agree on it). Call it once per program, on the
 # library or executable that owns posenc's kernels. Elsewhere (ARM, other compilers
 # than GCC/Clang) it does nothing and the kernels follow the compile-time architecture.
 #
 # The flags apply to those generated units only, so <target> itself can stay baseline x86-64.
+# The header's path, found where this file is included (posencConfig.cmake names the installed one);
+# a global property, because the function may be called from a directory that did not include it.
+if(NOT POSENC_SIMD_ARCHS_HEADER)
+  set(POSENC_SIMD_ARCHS_HEADER "${CMAKE_CURRENT_LIST_DIR}/../include/posenc/simd/archs.hpp")
+endif()
+set_property(GLOBAL PROPERTY POSENC_SIMD_ARCHS_HEADER "${POSENC_SIMD_ARCHS_HEADER}")
+
 function(posenc_add_simd_dispatch target)
   if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$"
      OR NOT CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     message(STATUS "posenc: no run-time SIMD dispatch for ${target} on ${CMAKE_SYSTEM_PROCESSOR}/${CMAKE_CXX_COMPILER_ID}")
     return()
   endif()
-  set(names avx512bw avx2 sse4_2 sse2)
-  set(tag_avx512bw "xsimd::avx512bw")
-  set(tag_avx2 "xsimd::fma3<xsimd::avx2>")
-  set(tag_sse4_2 "xsimd::sse4_2")
-  set(tag_sse2 "xsimd::sse2")
-  set(flags_avx512bw -mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma -mf16c)
-  set(flags_avx2 -mavx2 -mfma -mf16c)
-  set(flags_sse4_2 -msse4.2)
-  set(flags_sse2 "")
+  # The architectures, their xsimd tags and flags: one list, include/posenc/simd/archs.hpp.
+  get_property(header GLOBAL PROPERTY POSENC_SIMD_ARCHS_HEADER)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${header}")
+  file(READ "${header}" text)
+  string(REGEX MATCHALL "X\\([a-z0-9_]+, [^,]+, \"[^\"]*\"\\)" entries "${text}")
+  set(names "")
+  foreach(entry IN LISTS entries)
+    string(REGEX MATCH "X\\(([a-z0-9_]+), ([^,]+), \"([^\"]*)\"\\)" entry "${entry}")
+    list(APPEND names "${CMAKE_MATCH_1}")
+    set(tag_${CMAKE_MATCH_1} "${CMAKE_MATCH_2}")
+    separate_arguments(flags_${CMAKE_MATCH_1} UNIX_COMMAND "${CMAKE_MATCH_3}")
+  endforeach()
+  if(NOT names)
+    message(FATAL_ERROR "posenc: no architectures in ${header}")
+  endif()
   set(dir "${CMAKE_CURRENT_BINARY_DIR}/posenc_simd_${target}")
   foreach(name IN LISTS names)
     set(src "${dir}/posenc_simd_${name}.cpp")

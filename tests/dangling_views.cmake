@@ -1,6 +1,6 @@
 # ctest driver (clang only): tests/dangling/views_of_temporaries.cpp draws a -Wdangling warning on
 # exactly the lines marked `// dangles` (views of, or references into, a temporary kept past it,
-# which posenc marks with detail/lifetimebound.hpp) and no other diagnostic.
+# which posenc marks with core/detail/lifetimebound.hpp) and no other diagnostic.
 # -DCXX=<clang++> -DSOURCE=<the .cpp> -DPOSENC_INCLUDE=<posenc's include dir>
 # -DDEPENDENCY_INCLUDES=<the dependencies' include dirs joined by |, passed as -isystem>
 # -DIMPLICIT_INCLUDES=<the compiler's own include dirs joined by |: left out, as CMake does>

@@ -2,7 +2,7 @@
 // inputs and encodings, a filled kv_cache read through attention) used from many
 // std::threads at once, each thread with its own buffers: every thread's result must equal a
 // single-thread run bit for bit. The tests are tagged [concurrency]; they are also built alone without
-// OpenMP (posenc-thread-tests, the std::thread path of detail/parallel.hpp), which .ci/run runs again
+// OpenMP (posenc-thread-tests, the std::thread path of core/detail/parallel.hpp), which .ci/run runs again
 // under ThreadSanitizer.
 // Each test starts its threads together (a latch) so that first uses (xsimd's CPU detection, the
 // dispatchers) race as they would in a server that starts many workers at once.

@@ -58,43 +58,43 @@ MUTANTS = [
     ("rope/layout.hpp", "static constexpr std::size_t first(std::size_t i, std::size_t /*rotary_dim*/) noexcept { return 2 * i; }",
      "static constexpr std::size_t first(std::size_t i, std::size_t /*rotary_dim*/) noexcept { return 2 * i + 1; }",
      "interleaved pair lanes swapped (scalar backend)"),
-    ("detail/rotate_scalar.hpp", "const double sign = inverse ? -1.0 : 1.0;", "const double sign = inverse ? 1.0 : -1.0;",
+    ("rope/detail/rotate_scalar.hpp", "const double sign = inverse ? -1.0 : 1.0;", "const double sign = inverse ? 1.0 : -1.0;",
      "scalar backend rotates the wrong way"),
     # thread slices
-    ("detail/simd_bridge.hpp", "if (a.pos32) a.pos32 += begin;", "",
+    ("rope/detail/simd_bridge.hpp", "if (a.pos32) a.pos32 += begin;", "",
      "thread slice: int32 positions not offset"),
-    ("detail/simd_bridge.hpp", "if (a.pos64) a.pos64 += begin;", "if (a.pos64) a.pos64 += end - begin;",
+    ("rope/detail/simd_bridge.hpp", "if (a.pos64) a.pos64 += begin;", "if (a.pos64) a.pos64 += end - begin;",
      "thread slice: int64 positions offset by the slice length"),
-    ("detail/parallel.hpp", "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads); };",
+    ("core/detail/parallel.hpp", "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads); };",
      "auto slice = [&](unsigned k) { f(n * k / threads, n * (k + 1) / threads - (k + 1 < threads)); };",
      "thread slice boundary: one token per boundary skipped"),
     # SIMD kernels
-    ("simd/kernels.hpp", "return ops::fnma(x2, s, x1 * c);", "return ops::fma(x2, s, x1 * c);",
+    ("simd/rotate_kernels.hpp", "return ops::fnma(x2, s, x1 * c);", "return ops::fma(x2, s, x1 * c);",
      "half_split vector rotation: wrong sign of x2·sin"),
     ("simd/kernels.hpp", "alt[k] = k % 2 ? 1.0f : -1.0f;", "alt[k] = k % 2 ? -1.0f : 1.0f;",
      "interleaved vector rotation: sin signs swapped"),
-    ("simd/kernels.hpp", "for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
+    ("simd/lane_io.hpp", "for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
      "for (std::size_t k = 0; k + 1 < m; ++k) y[k] = out[k];", "tail: the last lane past the full vectors not written"),
-    ("simd/kernels.hpp", "        ops::store(out, v);\n        for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
+    ("simd/lane_io.hpp", "        ops::store(out, v);\n        for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
      "        ops::store(out, v);\n        if constexpr (std::is_same_v<D, float>) if (m > 1) out[m - 1] = __builtin_nanf(\"\");\n"
      "        for (std::size_t k = 0; k < m; ++k) y[k] = out[k];",
      "tail: NaN written into the last lane of a float tail"),
-    ("simd/kernels.hpp", "const double b = amp * (reach * inv_freq[i] + 1e-13);", "const double b = amp * 1e-13;",
+    ("simd/cos_sin_rows.hpp", "const double b = amp * (reach * inv_freq[i] + 1e-13);", "const double b = amp * 1e-13;",
      "recurrence check: the angles' rounding at large positions left out of its bound"),
-    ("simd/kernels.hpp", "if (offset == 0 || first) {", "if (offset == 0 || (first && offset > 16)) {",
+    ("simd/cos_sin_rows.hpp", "if (offset == 0 || first) {", "if (offset == 0 || (first && offset > 16)) {",
      "recurrence: first row of a call not seeded"),
-    ("simd/kernels.hpp", "static constexpr std::int64_t far_position = std::int64_t{1} << 26;",
+    ("simd/cos_sin_rows.hpp", "static constexpr std::int64_t far_position = std::int64_t{1} << 26;",
      "static constexpr std::int64_t far_position = std::int64_t{1} << 40;",
      "vector angle reduction used beyond its exact range"),
-    ("simd/kernels.hpp", "(xsimd::select(q >= two, -sv, sv) * amp).store_unaligned(sd + i);",
+    ("simd/cos_sin_rows.hpp", "(xsimd::select(q >= two, -sv, sv) * amp).store_unaligned(sd + i);",
      "(xsimd::select(q > two, -sv, sv) * amp).store_unaligned(sd + i);", "quadrant 2: wrong sine sign"),
-    ("simd/kernels.hpp", "sn = ops::fma(z, sn, dbatch(-1.0 / 5040.0));", "sn = ops::fma(z, sn, dbatch(-1.0 / 5000.0));",
+    ("simd/cos_sin_rows.hpp", "sn = ops::fma(z, sn, dbatch(-1.0 / 5040.0));", "sn = ops::fma(z, sn, dbatch(-1.0 / 5000.0));",
      "sine Taylor coefficient wrong"),
     ("simd/kernels.hpp", "if (src && a.row_scale == 1.0) {", "if (src) {", "row_scale ignored for table rows"),
     ("simd/kernels.hpp", "for (std::size_t i = 0; i < n; ++i) s[i] = -s[i];", "for (std::size_t i = 1; i < n; ++i) s[i] = -s[i];",
      "inverse: pair 0 not negated"),
     # frequencies and schedules
-    ("rope/frequencies.hpp", "const auto rotary = static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor);",
+    ("core/rope_frequencies.hpp", "const auto rotary = static_cast<std::size_t>(static_cast<double>(head_dim) * partial_rotary_factor);",
      "const auto rotary = static_cast<std::size_t>(std::round(static_cast<double>(head_dim) * partial_rotary_factor));",
      "partial rotary: rounds instead of truncating"),
     ("rope/frequencies.hpp", "inv[i] = 1.0 / std::pow(base, static_cast<double>(2 * i) / static_cast<double>(rotary_dim));",
@@ -165,11 +165,11 @@ MUTANTS = [
      "_mm512_cvtps_ph(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)", "fp16 store (AVX-512): truncates"),
     ("simd/kernels.hpp", "if (bf16_views) tr.pairs = !ops::any_nan(tr.c, tr.s, n);", "if (bf16_views) tr.pairs = true;",
      "bf16 word pairs also for rows that hold NaN (outside their precondition)"),
-    ("simd/kernels.hpp", "(one / xsimd::sqrt((power_of_two ? sv * inv_d : sv / d) + e)).store_aligned(v);",
+    ("simd/norm_kernels.hpp", "(one / xsimd::sqrt((power_of_two ? sv * inv_d : sv / d) + e)).store_aligned(v);",
      "(one / xsimd::sqrt(power_of_two ? sv * inv_d : sv / d)).store_aligned(v);", "fused norm: eps ignored"),
     ("simd/kernels.hpp", "                                tr.out_of_place);", "                                false);",
      "out of place: lanes past rotary_dim not copied to the destination"),
-    ("simd/kernels.hpp", "        return unstable == 0;", "        return true;",
+    ("simd/cos_sin_rows.hpp", "        return unstable == 0;", "        return true;",
      "recurrence rows used without the check that they round like the direct row"),
     ("rope/qk_norm.hpp", "for (float& x : w_) x = 1.0f + x;", "for (float& x : w_) x = 0.0f + x;",
      "Gemma's 1 + weight dropped"),
@@ -212,9 +212,9 @@ MUTANTS = [
     ("attention/shaw.hpp", "if (weights.size() != keys.size() || out.size() != dv_)", "if (false)",
      "Shaw's output term: mismatched spans truncated instead of rejected"),
     # the views of a call
-    ("detail/rotate_job.hpp", "if (!q.empty() && !k.empty() && q.data() == k.data())", "if (false)",
+    ("rope/detail/rotate_job.hpp", "if (!q.empty() && !k.empty() && q.data() == k.data())", "if (false)",
      "in-place Q and K of the same memory accepted (rotated twice)"),
-    ("detail/rotate_job.hpp", "    if (absent(v)) return;", "    if (v.empty()) return;",
+    ("rope/detail/rotate_job.hpp", "    if (absent(v)) return;", "    if (v.empty()) return;",
      "an empty view skipped whatever its token count"),
 ]
 
@@ -234,7 +234,8 @@ GROUPS = {
 # Headers compiled only into the per-architecture kernel units under run-time dispatch (and into
 # posenc-inspect, built without it): a mutant there rebuilds just those, so it runs against the whole
 # suite at once.
-KERNEL_UNITS = ("simd/kernels.hpp", "simd/arch_ops.hpp", "attention/kernels.hpp")
+KERNEL_UNITS = ("simd/kernels.hpp", "simd/lane_io.hpp", "simd/cos_sin_rows.hpp", "simd/norm_kernels.hpp",
+                "simd/rotate_kernels.hpp", "simd/arch_ops.hpp", "attention/kernels.hpp")
 
 
 def group_of(f):
@@ -250,7 +251,7 @@ def group_of(f):
         return "bias"
     if f.startswith(("absolute/", "xpos/", "logit/")):
         return "other"
-    if f.split("/")[-1] in ("frequencies.hpp", "yarn.hpp", "llama3.hpp", "longrope.hpp", "dynamic_ntk.hpp",
+    if f.split("/")[-1] in ("frequencies.hpp", "rope_frequencies.hpp", "yarn.hpp", "llama3.hpp", "longrope.hpp", "dynamic_ntk.hpp",
                             "ntk_aware.hpp", "ntk_by_parts.hpp"):
         return "schedules"
     return "rope"

@@ -8,6 +8,7 @@
 #include "posenc/bias/t5.hpp"
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
+#include "posenc/core/executor.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
 #include "posenc/logit/nope.hpp"

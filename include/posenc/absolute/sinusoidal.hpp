@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/checked_size.hpp"
+#include "posenc/core/detail/checked_size.hpp"
 #include "posenc/core/positions.hpp"
-#include "posenc/detail/angles.hpp"
+#include "posenc/core/detail/angles.hpp"
 
 namespace posenc {
 

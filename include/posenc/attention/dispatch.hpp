@@ -15,16 +15,13 @@
 namespace posenc::simd {
 
 #ifdef POSENC_SIMD_RUNTIME_DISPATCH
-#define POSENC_ATTN_DECLARE(ARCH)                                                                        \
+#define POSENC_ATTN_DECLARE(name, ARCH, flags)                                                                        \
     extern template void attn_qk_functor::operator()<ARCH>(ARCH, const attn_qk_args&) const noexcept;           \
     extern template void attn_softmax_functor::operator()<ARCH>(ARCH, const attn_softmax_args&) const noexcept; \
     extern template void attn_pv_functor::operator()<ARCH>(ARCH, const attn_pv_args&) const noexcept;           \
     extern template void attn_widen_functor::operator()<ARCH>(ARCH, const attn_widen_args&) const noexcept;     \
     extern template void attn_narrow_functor::operator()<ARCH>(ARCH, const attn_narrow_args&) const noexcept;
-POSENC_ATTN_DECLARE(xsimd::avx512bw)
-POSENC_ATTN_DECLARE(xsimd::fma3<xsimd::avx2>)
-POSENC_ATTN_DECLARE(xsimd::sse4_2)
-POSENC_ATTN_DECLARE(xsimd::sse2)
+POSENC_SIMD_ARCHS(POSENC_ATTN_DECLARE)  // simd/archs.hpp, via simd/dispatch.hpp
 #undef POSENC_ATTN_DECLARE
 #endif
 

@@ -25,7 +25,7 @@
 #include "posenc/attention/functors.hpp"
 #include "posenc/simd/arch_ops.hpp"
 #include "posenc/simd/xsimd_compat.hpp"  // xsimd
-#include "posenc/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
+#include "posenc/core/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
 
 POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {

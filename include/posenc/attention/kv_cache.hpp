@@ -48,9 +48,9 @@
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
-#include "posenc/detail/checked_size.hpp"
-#include "posenc/detail/lifetimebound.hpp"
-#include "posenc/detail/parallel.hpp"
+#include "posenc/core/detail/checked_size.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
+#include "posenc/core/detail/parallel.hpp"
 #include "posenc/rope/layout.hpp"
 
 namespace posenc {

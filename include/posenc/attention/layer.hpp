@@ -42,7 +42,7 @@
 #include "posenc/attention/mask.hpp"
 #include "posenc/attention/options.hpp"
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
 #include "posenc/logit/nope.hpp"
 #include "posenc/rope/any_rotary.hpp"
 

@@ -21,7 +21,7 @@
 #include "posenc/bias/no_bias.hpp"
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/parallel.hpp"
+#include "posenc/core/executor.hpp"
 #include "posenc/logit/nope.hpp"
 
 namespace posenc {

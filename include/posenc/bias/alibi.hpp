@@ -31,8 +31,8 @@
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
-#include "posenc/detail/lifetimebound.hpp"
-#include "posenc/detail/score_row.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
+#include "posenc/bias/detail/score_row.hpp"
 
 namespace posenc {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "posenc/rope/frequencies.hpp"
+#include "posenc/core/rope_frequencies.hpp"
 
 namespace posenc {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
 
 namespace posenc {
 

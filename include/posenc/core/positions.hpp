@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
 
 namespace posenc {
 

@@ -11,7 +11,7 @@
 #include <type_traits>
 
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/checked_size.hpp"
+#include "posenc/core/detail/checked_size.hpp"
 
 namespace posenc {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
 #include "posenc/rope/any_rotary.hpp"
 #include "posenc/rope/any_schedule.hpp"
 #include "posenc/rope/layout.hpp"

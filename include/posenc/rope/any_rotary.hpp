@@ -4,7 +4,7 @@
 
 #include <variant>
 
-#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
 #include "posenc/rope/any_schedule.hpp"
 #include "posenc/rope/rotary.hpp"
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/checked_size.hpp"
+#include "posenc/core/detail/checked_size.hpp"
 #include "posenc/rope/frequencies.hpp"
 
 namespace posenc {

@@ -6,7 +6,7 @@
 
 #include <optional>
 
-#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
 #include "posenc/rope/frequencies.hpp"
 
 namespace posenc {

@@ -27,7 +27,7 @@
 
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
-#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
 #include "posenc/rope/multi_axis.hpp"

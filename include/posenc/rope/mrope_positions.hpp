@@ -35,8 +35,8 @@
 
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
-#include "posenc/detail/checked_size.hpp"
-#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/core/detail/checked_size.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
 #include "posenc/rope/multi_axis.hpp"
 
 namespace posenc {

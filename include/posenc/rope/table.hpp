@@ -9,10 +9,10 @@
 
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
-#include "posenc/detail/angles.hpp"
-#include "posenc/detail/checked_size.hpp"
-#include "posenc/detail/lifetimebound.hpp"
-#include "posenc/detail/table_storage.hpp"
+#include "posenc/core/detail/angles.hpp"
+#include "posenc/core/detail/checked_size.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
+#include "posenc/rope/detail/table_storage.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/simd/dispatch.hpp"
 

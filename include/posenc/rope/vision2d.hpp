@@ -25,7 +25,7 @@
 
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
-#include "posenc/detail/lifetimebound.hpp"
+#include "posenc/core/detail/lifetimebound.hpp"
 #include "posenc/rope/frequencies.hpp"
 #include "posenc/rope/layout.hpp"
 #include "posenc/rope/multi_axis.hpp"

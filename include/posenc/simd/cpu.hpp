@@ -47,10 +47,8 @@ inline void read_cpuid(unsigned leaf, unsigned subleaf, unsigned (&r)[4]) noexce
 
 /// Whether the kernels software-prefetch bf16/fp16 sources (the next token's heads while this one is
 /// rotated), as they always do float ones: yes, unless the program is compiled with
-/// POSENC_PREFETCH_16BIT defined to 0. Results never depend on it. It measured faster on every CPU
-/// tried (Intel Xeon with AVX-512, AMD Zen 3 and Zen 5; figures and the one Zen 5 run that had seen
-/// a loss, not reproduced: docs/engine-performance.md). Until 2026-12-02 it was a
-/// per-CPU choice (simd::prefetch_16bit_for, with the vendor and family in cpu_signature): removed.
+/// POSENC_PREFETCH_16BIT defined to 0. Results never depend on it; it measured faster on every CPU
+/// tried (docs/engine-performance.md).
 [[nodiscard]] inline bool prefetch_16bit() noexcept {
 #ifdef POSENC_PREFETCH_16BIT
     return POSENC_PREFETCH_16BIT != 0;

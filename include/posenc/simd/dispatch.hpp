@@ -14,6 +14,7 @@
 
 #include <cstddef>
 
+#include "posenc/simd/archs.hpp"
 #include "posenc/simd/cpu.hpp"
 #include "posenc/simd/functors.hpp"
 #include "posenc/simd/rotate_args.hpp"
@@ -28,19 +29,25 @@
 namespace posenc::simd {
 
 #ifdef POSENC_SIMD_RUNTIME_DISPATCH
-/// Best first, as xsimd::dispatch requires.
-using dispatch_archs = xsimd::arch_list<xsimd::avx512bw, xsimd::fma3<xsimd::avx2>, xsimd::sse4_2, xsimd::sse2>;
+/// xsimd::arch_list of every type after the first (how a comma-led list from POSENC_SIMD_ARCHS
+/// becomes one).
+template <class Ignored, class... Archs>
+struct arch_list_after_first {
+    using type = xsimd::arch_list<Archs...>;
+};
 
-#define POSENC_SIMD_DECLARE(ARCH)                                                                  \
+/// POSENC_SIMD_ARCHS (simd/archs.hpp), best first, as xsimd::dispatch requires.
+#define POSENC_SIMD_TAG_AFTER_COMMA(name, ARCH, flags) , ARCH
+using dispatch_archs = arch_list_after_first<void POSENC_SIMD_ARCHS(POSENC_SIMD_TAG_AFTER_COMMA)>::type;
+#undef POSENC_SIMD_TAG_AFTER_COMMA
+
+#define POSENC_SIMD_DECLARE(name, ARCH, flags)                                                      \
     extern template void rotate_functor::operator()<ARCH>(ARCH, const rotate_args&) const noexcept; \
     extern template void table_functor::operator()<ARCH>(ARCH, const table_args&) const noexcept;
-POSENC_SIMD_DECLARE(xsimd::avx512bw)
-POSENC_SIMD_DECLARE(xsimd::fma3<xsimd::avx2>)
-POSENC_SIMD_DECLARE(xsimd::sse4_2)
-POSENC_SIMD_DECLARE(xsimd::sse2)
+POSENC_SIMD_ARCHS(POSENC_SIMD_DECLARE)
 #undef POSENC_SIMD_DECLARE
 
-/// For fp16 on a CPU that has AVX2 but not F16C (the AVX2 unit is compiled with -mf16c).
+/// For fp16 on a CPU that has AVX2 but not F16C: the entries of POSENC_SIMD_ARCHS compiled without -mf16c.
 using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
 
 [[nodiscard]] inline bool uses_fp16(const rotate_args& a) noexcept {
@@ -50,12 +57,8 @@ using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
 }
 
 /// Runs one call (or one thread's slice of a call) on the widest kernels this CPU has, whatever the
-/// call's size. (An earlier build used the 256-bit kernels for calls over 1 MiB: on the first Zen 5
-/// measured, a plain 512-bit loop had reached ~70% of the in-place limit at DRAM sizes. With whole-head
-/// loads before stores, see kernels.hpp, the 512-bit kernels were then measured faster at every size on
-/// a Zen 5 EPYC: S1, one thread, against the limit in the same run, float 1.01 / 0.98 against
-/// 0.94 / 0.83 and fp16 0.91 / 0.84 against 0.41 / 0.50, half-split / interleaved. One width also
-/// means the width cannot make a token's bits depend on the call's size.)
+/// call's size: with whole-head loads before stores (kernels.hpp) the widest measured fastest at every
+/// size, and one width keeps a token's bits independent of the call's size.
 inline void rotate(const rotate_args& args) noexcept {
     if (uses_fp16(args) && !cpu_has_f16c())
         xsimd::dispatch<no_f16c_archs>(rotate_functor{})(args);

@@ -6,9 +6,7 @@
 //     #define POSENC_SIMD_ARCH xsimd::fma3<xsimd::avx2>
 //     #include <posenc/simd/instantiate.hpp>
 //
-// The four x86-64 units (flags):  avx512bw (-mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx512vl
-// -mavx2 -mfma -mf16c), fma3<avx2> (-mavx2 -mfma -mf16c), sse4_2 (-msse4.2), sse2 (none). Without
-// -mf16c the fp16 conversions of the AVX2 unit take a per-lane path.
+// One unit per entry of POSENC_SIMD_ARCHS (simd/archs.hpp: the xsimd tag and that unit's flags);
 // cmake/posencSimd.cmake's posenc_add_simd_dispatch() writes and adds them for you.
 
 #ifndef POSENC_SIMD_ARCH

@@ -3,9 +3,9 @@
 
 #include <cstring>
 
-#include "posenc/detail/parallel.hpp"
-#include "posenc/detail/rotate_job.hpp"
-#include "posenc/detail/rotate_scalar.hpp"
+#include "posenc/core/detail/parallel.hpp"
+#include "posenc/rope/detail/rotate_job.hpp"
+#include "posenc/rope/detail/rotate_scalar.hpp"
 #include "posenc/rope/layout.hpp"
 #include "posenc/simd/dispatch.hpp"
 

@@ -1,8 +1,8 @@
 #pragma once
 // Splitting a call's tokens into slices: on the caller's executor when it gave one, else OpenMP
 // when the program is built with it, else std::thread. Nothing global: threads live for one call.
-// Calls too small to pay for a thread (about 1-2 µs of synchronisation between the two CCDs of this
-// machine) stay on the caller's thread. A token's result does not depend on the slicing.
+// Calls too small to pay for a thread (a microsecond or two of synchronisation) stay on the caller's
+// thread. A token's result does not depend on the slicing.
 
 #include <algorithm>
 #include <cstddef>
@@ -10,15 +10,7 @@
 #include <thread>
 #include <vector>
 
-namespace posenc {
-
-/// The caller's executor: must run task(0), …, task(n − 1) — in any order, on any threads, each
-/// exactly once — and return when all have finished. Tasks do not throw, and the executor must not
-/// either: a call may already have written part of its output when it runs one (kv_cache::append
-/// splits V after K is in the cache).
-using executor = std::function<void(std::size_t n, const std::function<void(std::size_t)>& task)>;
-
-}  // namespace posenc
+#include "posenc/core/executor.hpp"
 
 namespace posenc::detail {
 

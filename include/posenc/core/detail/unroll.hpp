@@ -1,8 +1,7 @@
 // POSENC_UNROLL before a loop with a small constant trip count (the vectors of a chunk or tile, at
-// most 16): unrolled completely, so that the arrays of vectors it indexes stay in registers. Without
-// it g++ 12 at -O2 (CMake's RelWithDebInfo) left such loops rolled and the arrays on the stack: on
-// Zen 5 the rotary kernels ran 2–2.5× and the attention kernel 2.7× slower than at -O3 (1.6× with
-// it: the rest is plain loops that only -O3 vectorizes).
+// most 16): unrolled completely, so that the arrays of vectors it indexes stay in registers; g++ 12
+// at -O2 (CMake's RelWithDebInfo) otherwise leaves them rolled, the arrays on the stack, several
+// times slower.
 //
 // No include guard: each kernel header includes this last and #undefs POSENC_UNROLL at its end, so
 // the macro does not reach the code that includes posenc.

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "posenc/core/dtypes.hpp"
-#include "posenc/detail/angles.hpp"
-#include "posenc/detail/rotate_job.hpp"
+#include "posenc/core/detail/angles.hpp"
+#include "posenc/rope/detail/rotate_job.hpp"
 
 namespace posenc::detail {
 

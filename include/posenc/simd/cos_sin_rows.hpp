@@ -1,0 +1,178 @@
+#pragma once
+// The rotary kernels' cos/sin rows, templated on the architecture: one position's row computed in
+// double (a direct row), consecutive positions' rows by an exact-or-recomputed recurrence, and the
+// rows of a table.
+// Only arch-templated code lives here (the COMDAT rule, rotate_args.hpp); kernels.hpp puts the parts
+// together.
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "posenc/core/detail/angles.hpp"
+#include "posenc/simd/lane_io.hpp"
+#include "posenc/simd/rotate_args.hpp"
+#include "posenc/simd/xsimd_compat.hpp"
+
+POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
+namespace posenc::simd {
+
+template <class Arch>
+struct cos_sin_rows : lane_io<Arch> {
+    using base = lane_io<Arch>;
+    using typename base::ops;
+    using typename base::dbatch;
+    using base::W;
+    using base::WD;
+    static constexpr std::int64_t far_position = std::int64_t{1} << 26;
+
+    // ---- cos/sin rows ---------------------------------------------------------------------------
+
+    /// cos/sin × amplitude of p·θᵢ for one position, into c[0, pairs) and s[0, pairs); c and s need
+    /// room for `pairs` rounded up to W. All in double: the angle is reduced to a quadrant q and
+    /// r ∈ [−π/4, π/4]; cos r and sin r come from their Taylor series (through r¹⁶ and r¹⁵, whose
+    /// remainders are below 1e-16 there) and are mapped to the quadrant; only the result is rounded
+    /// to float. Cheap enough to run per token in the hot loop (no general-purpose sincos with its
+    /// own range reduction), and equal to the scalar reference up to a rare 1-ulp double rounding.
+    /// Every lane takes the same operations whatever the width, so the rows are width-independent.
+    static void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t position, double amplitude,
+                            float* c, float* s) noexcept {
+        alignas(64) double cd[max_rotary_dim / 2 + 2 * W], sd[max_rotary_dim / 2 + 2 * W];
+        cos_sin_row(inv_freq, pairs, position, amplitude, cd, sd);
+        to_float(cd, sd, pairs, c, s);
+    }
+
+    static void to_float(const double* cd, const double* sd, std::size_t pairs, float* c, float* s) noexcept {
+        for (std::size_t i = 0; i < pairs; ++i) {
+            c[i] = static_cast<float>(cd[i]);
+            s[i] = static_cast<float>(sd[i]);
+        }
+    }
+
+    /// The same in double, into cd and sd (room for `pairs` rounded up to the double vector width).
+    static void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t position, double amplitude,
+                            double* cd, double* sd) noexcept {
+        if (position > far_position || position < -far_position) {
+            // The vector reduction needs n·π/2 exact: beyond 2^26 (and without FMA hardware, where
+            // xsimd emulates fnma) that no longer holds, so far positions take the scalar path.
+            for (std::size_t i = 0; i < pairs; ++i) {
+                const double r = detail::reduce_angle<Arch>(static_cast<double>(position) * inv_freq[i]);
+                cd[i] = amplitude * std::cos(r);
+                sd[i] = amplitude * std::sin(r);
+            }
+            return;
+        }
+        constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
+        constexpr double two_over_pi = 0.6366197723675814;
+        // Whole vectors read in place, the last partial one from a zero-padded copy (g++ made a copy
+        // of the whole row a rep movs, slow to start in a one-token call).
+        const std::size_t full = pairs / WD * WD, padded = (pairs + WD - 1) / WD * WD;
+        alignas(64) double tail[WD] = {};
+        for (std::size_t i = full; i < pairs; ++i) tail[i - full] = inv_freq[i];
+        const dbatch p(static_cast<double>(position)), amp(amplitude), one(1.0), two(2.0), three(3.0);
+        for (std::size_t i = 0; i < padded; i += WD) {
+            const dbatch a = p * (i < full ? dbatch::load_unaligned(inv_freq + i) : dbatch::load_aligned(tail));
+            const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
+            const dbatch r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
+            const dbatch q = ops::fnma(xsimd::floor(n * dbatch(0.25)), dbatch(4.0), n);  // n mod 4
+            const dbatch z = r * r;
+            dbatch sn = ops::fma(z, dbatch(-1.0 / 1307674368000.0), dbatch(1.0 / 6227020800.0));
+            sn = ops::fma(z, sn, dbatch(-1.0 / 39916800.0));
+            sn = ops::fma(z, sn, dbatch(1.0 / 362880.0));
+            sn = ops::fma(z, sn, dbatch(-1.0 / 5040.0));
+            sn = ops::fma(z, sn, dbatch(1.0 / 120.0));
+            sn = ops::fma(z, sn, dbatch(-1.0 / 6.0));
+            sn = ops::fma(z * r, sn, r);
+            dbatch cs = ops::fma(z, dbatch(1.0 / 20922789888000.0), dbatch(-1.0 / 87178291200.0));
+            cs = ops::fma(z, cs, dbatch(1.0 / 479001600.0));
+            cs = ops::fma(z, cs, dbatch(-1.0 / 3628800.0));
+            cs = ops::fma(z, cs, dbatch(1.0 / 40320.0));
+            cs = ops::fma(z, cs, dbatch(-1.0 / 720.0));
+            cs = ops::fma(z, cs, dbatch(1.0 / 24.0));
+            cs = ops::fma(z * z, cs, ops::fnma(dbatch(0.5), z, one));
+            // angle = n·π/2 + r: q = 1 gives (cos, sin) = (−sin r, cos r), q = 2 (−cos r, −sin r),
+            // q = 3 (sin r, −cos r).
+            const auto odd = (q == one) | (q == three);
+            const dbatch sv = xsimd::select(odd, cs, sn), cv = xsimd::select(odd, sn, cs);
+            (xsimd::select((q == one) | (q == two), -cv, cv) * amp).store_unaligned(cd + i);
+            (xsimd::select(q >= two, -sv, sv) * amp).store_unaligned(sd + i);
+        }
+    }
+
+    /// Consecutive positions (prefill): the next row from the previous one by the angle-addition
+    /// formulas in double, (c, s) ← (c·cos θ − s·sin θ, s·cos θ + c·sin θ), re-seeded with a direct
+    /// row at every multiple of `reseed`. A recurrence value v is used only where it provably rounds
+    /// to the same float as the direct row's: float(v − B) == float(v + B), with B bounding their
+    /// difference (the two angles' roundings, (|p| + reseed)·θ·2^-52, plus 1e-13 for 31 steps of a
+    /// few double ulps, × amplitude). Otherwise (a small fraction of the rows, more at large positions)
+    /// the row is computed directly. So every row is bit-identical to the direct one — a token's
+    /// result does not depend on where its call starts — at a fraction of the direct row's cost.
+    struct consecutive_rows {
+        static constexpr std::int64_t reseed = 32;
+        alignas(64) double cd[max_rotary_dim / 2 + 2 * W], sd[max_rotary_dim / 2 + 2 * W];
+        alignas(64) double step_c[max_rotary_dim / 2 + 2 * W], step_s[max_rotary_dim / 2 + 2 * W];
+        std::size_t pairs = 0;
+
+        void start(const double* inv_freq, std::size_t n) noexcept {
+            pairs = n;
+            cos_sin_row(inv_freq, n, 1, 1.0, step_c, step_s);
+            const std::size_t padded = (n + WD - 1) / WD * WD;
+            for (std::size_t i = n; i < padded; ++i) step_c[i] = step_s[i] = 0.0;
+        }
+
+        void advance() noexcept {
+            for (std::size_t i = 0; i < pairs; i += WD) {
+                const dbatch c0 = dbatch::load_aligned(cd + i), s0 = dbatch::load_aligned(sd + i);
+                const dbatch sc = dbatch::load_aligned(step_c + i), ss = dbatch::load_aligned(step_s + i);
+                ops::fnma(s0, ss, c0 * sc).store_aligned(cd + i);
+                ops::fma(c0, ss, s0 * sc).store_aligned(sd + i);
+            }
+        }
+
+        /// Rounds the recurrence row to float; false if some value might round differently from the
+        /// direct row's.
+        bool to_float_checked(const double* inv_freq, std::int64_t position, double amplitude, float* c,
+                              float* s) const noexcept {
+            // (No std::abs: a non-template inline function, the COMDAT rule.)
+            const double p = static_cast<double>(position);
+            const double reach = ((p < 0 ? -p : p) + reseed) * 0x1p-52;
+            const double amp = amplitude < 0 ? -amplitude : amplitude;
+            int unstable = 0;
+            for (std::size_t i = 0; i < pairs; ++i) {
+                const double b = amp * (reach * inv_freq[i] + 1e-13);
+                const double x = cd[i], y = sd[i];
+                c[i] = static_cast<float>(x);
+                s[i] = static_cast<float>(y);
+                unstable |= (static_cast<float>(x - b) != static_cast<float>(x + b)) |
+                            (static_cast<float>(y - b) != static_cast<float>(y + b));
+            }
+            return unstable == 0;
+        }
+
+        /// Row of `position`; `first` for the first token of a call (or slice).
+        void row(const double* inv_freq, std::int64_t position, double amplitude, bool first, float* c,
+                 float* s) noexcept {
+            const std::int64_t offset = ((position % reseed) + reseed) % reseed;
+            if (offset == 0 || first) {
+                cos_sin_row(inv_freq, pairs, position - offset, amplitude, cd, sd);
+                if (offset == 0) return to_float(cd, sd, pairs, c, s);  // a direct row
+                for (std::int64_t k = 0; k < offset; ++k) advance();
+            } else {
+                advance();
+            }
+            if (!to_float_checked(inv_freq, position, amplitude, c, s)) cos_sin_row(inv_freq, pairs, position, amplitude, c, s);
+        }
+    };
+
+    /// Table rows: the same computation for consecutive positions.
+    static void table_rows(const table_args& t) noexcept {
+        for (std::size_t k = 0; k < t.positions; ++k) {
+            float* row = t.out + k * 2 * t.pairs;
+            cos_sin_row(t.inv_freq, t.pairs, t.first_position + static_cast<std::int64_t>(k), t.amplitude, row,
+                        row + t.pairs);
+        }
+    }
+};
+
+}  // namespace posenc::simd
+POSENC_SIMD_DIAGNOSTICS_POP
