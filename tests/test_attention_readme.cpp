@@ -1,5 +1,5 @@
-// The README's "Attention" snippet, compiled and run as it stands; the test also checks that the
-// README's block is this text.
+// The "Attention" snippet of docs/attention.md, compiled and run as it stands; the test also checks that
+// the page's block is this text.
 #include <posenc/attention/attention.hpp>
 #include <posenc/posenc.hpp>
 
@@ -44,8 +44,8 @@ TEST_CASE("README snippet: attention", "[readme][attention]") {
     CHECK(std::all_of(out1.begin(), out1.end(), [](float x) { return std::abs(x - 0.3f) < 1e-5f; }));
 }
 
-TEST_CASE("README's attention block is the compiled snippet", "[readme][attention]") {
+TEST_CASE("docs/attention.md's attention block is the compiled snippet", "[readme][attention]") {
     const std::string snippet = posenc_test::snippet_of(__FILE__);
     REQUIRE(!snippet.empty());
-    CHECK(posenc_test::readme_block("attention") == snippet);
+    CHECK(posenc_test::doc_block("docs/attention.md", "attention") == snippet);
 }

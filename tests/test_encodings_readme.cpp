@@ -1,8 +1,9 @@
-// The usage snippet of the README's "Other encodings" section, compiled and run as it stands, plus the
-// role concepts each policy satisfies.
+// The encodings snippet of docs/README.md, compiled and run as it stands (and the page's block checked
+// to be its text), plus the role concepts each policy satisfies.
 #include <posenc/posenc.hpp>
 
 #include "support/catch.hpp"
+#include "support/readme.hpp"
 
 TEST_CASE("README snippet: ALiBi, T5, sinusoidal, xPos, NoPE", "[readme][encodings]") {
     // --- snippet begin ---
@@ -85,4 +86,10 @@ TEST_CASE("each policy plays its role", "[concepts]") {
     CHECK(!posenc::position_ids(ids).is_consecutive());
     CHECK(!posenc::position_ids::constant(3, 4).is_consecutive());
     CHECK(posenc::position_ids::constant(3, 1).is_consecutive());
+}
+
+TEST_CASE("docs/README.md's encodings block is the compiled snippet", "[readme][encodings]") {
+    const std::string snippet = posenc_test::snippet_of(__FILE__);
+    REQUIRE(!snippet.empty());
+    CHECK(posenc_test::doc_block("docs/README.md", "encodings") == snippet);
 }

@@ -1,5 +1,5 @@
-// The snippets of the README's "Using posenc inside an engine" section, compiled and run here (the
-// ctest engine_readme_snippets checks that every ```cpp block of that section appears in this file).
+// The snippets of docs/engine-integration.md and of README's 16-bit KV cache section, compiled and run
+// here (the ctest engine_readme_snippets checks that every ```cpp block there appears in this file).
 #include <posenc/attention/kv_cache.hpp>
 #include <posenc/attention/partial.hpp>
 #include <posenc/posenc.hpp>

@@ -1,4 +1,4 @@
-// The README's load_layers snippet (HF section), compiled and run on a shipped config; the counts it
+// The load_layers snippet of docs/hf-config.md, compiled and run on a shipped config; the counts it
 // checks are the file's own (Gemma-3 4B: 34 layers, every 6th full attention, the others sliding 1024).
 #include <posenc/hf/layers.hpp>
 
@@ -30,8 +30,8 @@ TEST_CASE("README snippet: hf::load_layers", "[readme][hf][layer-rules]") {
     CHECK(sliding == 34 - 5);
 }
 
-TEST_CASE("README's load_layers block is the compiled snippet", "[readme][hf]") {
+TEST_CASE("docs/hf-config.md's load_layers block is the compiled snippet", "[readme][hf]") {
     const std::string snippet = posenc_test::snippet_of(__FILE__);
     REQUIRE(!snippet.empty());
-    CHECK(posenc_test::readme_block("load_layers") == snippet);
+    CHECK(posenc_test::doc_block("docs/hf-config.md", "load_layers") == snippet);
 }

@@ -1,5 +1,5 @@
-// The README's M-RoPE / vision 2-D RoPE snippet, compiled and run as it stands, and the README block
-// checked to be its text.
+// The M-RoPE / vision 2-D RoPE snippet of docs/rope.md, compiled and run as it stands, and the page's
+// block checked to be its text.
 #include <posenc/posenc.hpp>
 
 #include <cmath>
@@ -52,8 +52,8 @@ TEST_CASE("README snippet: M-RoPE, positions of a mixed prompt, vision 2-D RoPE"
     CHECK(std::abs(v5[20] - (0.5 * std::cos(3.0) - 0.5 * std::sin(3.0))) <= 1e-6);
 }
 
-TEST_CASE("README's M-RoPE block is the compiled snippet", "[readme][mrope]") {
+TEST_CASE("docs/rope.md's M-RoPE block is the compiled snippet", "[readme][mrope]") {
     const std::string snippet = posenc_test::snippet_of(__FILE__);
     REQUIRE(!snippet.empty());
-    CHECK(posenc_test::readme_block("mrope") == snippet);
+    CHECK(posenc_test::doc_block("docs/rope.md", "mrope") == snippet);
 }

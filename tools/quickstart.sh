@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to a result:
 #   tools/quickstart.sh bench   install what is missing, build (Release), run the bundled benchmarks
-#                               (posenc vs scalar baseline vs the memory-bandwidth limit) and
+#                               (posenc vs scalar baseline vs the memory-bandwidth limit; a markdown
+#                               table by tools/perf-table.py, the JSON kept in the build directory) and
 #                               posenc-inspect on a bundled Llama-3.1 config
 #   tools/quickstart.sh test    install what is missing, build, run the whole test suite
 #   tools/quickstart.sh deps    only install the Debian packages
@@ -36,10 +37,11 @@ case "${1:-}" in
     install_deps "$@"
     ;;
   bench)
-    install_deps
+    install_deps python3
     build
-    "$build_dir/bench/posenc-bench" --benchmark_min_time=0.2 --benchmark_repetitions=5 \
-      --benchmark_report_aggregates_only=true
+    echo "quickstart: running every benchmark, 5 repetitions (several minutes); the table is their medians"
+    python3 tools/perf-table.py --bench "$build_dir/bench/posenc-bench" --filter . --repetitions 5 --min-time 0.2 \
+      --save-json "$build_dir/bench.json"
     echo
     "$build_dir/tools/posenc-inspect" examples/configs/llama-3.1-8b.json --positions 0,8191,131071
     ;;

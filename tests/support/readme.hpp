@@ -1,5 +1,5 @@
 #pragma once
-// Reading README.md blocks for the tests that compile a README snippet and check the block is its text.
+// Reading README.md's and docs/'s blocks for the tests that compile a snippet and check the block is its text.
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -33,10 +33,14 @@ inline std::string snippet_of(const std::string& test_file) {
     return unindented;
 }
 
-/// README.md's C++ block after the marker `<!-- name snippet -->` (needs POSENC_TEST_DATA_DIR).
-inline std::string readme_block(const std::string& name) {
-    const std::string readme = read_file(std::string(POSENC_TEST_DATA_DIR) + "/../../README.md");
-    return between(readme, "<!-- " + name + " snippet -->\n```cpp\n", "```");
+/// The C++ block after the marker `<!-- name snippet -->` in `page`, a markdown file named from the
+/// repository root such as "docs/attention.md" (needs POSENC_TEST_DATA_DIR).
+inline std::string doc_block(const std::string& page, const std::string& name) {
+    const std::string text = read_file(std::string(POSENC_TEST_DATA_DIR) + "/../../" + page);
+    return between(text, "<!-- " + name + " snippet -->\n```cpp\n", "```");
 }
+
+/// README.md's C++ block after the marker `<!-- name snippet -->`.
+inline std::string readme_block(const std::string& name) { return doc_block("README.md", name); }
 
 }  // namespace posenc_test
