@@ -236,15 +236,18 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
     sh.G = sh.Hq / sh.Hkv;
     sh.D = q.head_dim();
     sh.Dv = v.head_dim();
+    const attn_call<Enc, Mask, KV> call{ker, enc, sh, q, k, v, qpos, kpos, mask, opt};
     constexpr std::size_t target_rows = 64;
-    sh.tile_tokens = std::min(sh.Tq, std::max<std::size_t>(1, target_rows / sh.G));
+    // Keys transformed in the loop are transformed once per key tile and query tile: a query tile of at
+    // least a key tile's worth of tokens (G·64 rows) shares each transformed key among that many rows.
+    const std::size_t min_tokens = call.key_copy() ? simd::attn_key_tile : 1;
+    sh.tile_tokens = std::min(sh.Tq, std::max(min_tokens, target_rows / sh.G));
     const std::size_t rows = sh.tile_tokens * sh.G;
     sh.rows_pad = (rows + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
     sh.acc_stride = (sh.Dv + 15) / 16 * 16;
     sh.segments = std::max<std::size_t>(1, (sh.Tk + attn_segment_keys - 1) / attn_segment_keys);
     const std::size_t items = (sh.Tq + sh.tile_tokens - 1) / sh.tile_tokens * sh.Hkv;
 
-    const attn_call<Enc, Mask, KV> call{ker, enc, sh, q, k, v, qpos, kpos, mask, opt};
     const std::size_t fmas = sh.Tq * sh.Hq * std::max<std::size_t>(sh.Tk, 1) * (sh.D + sh.Dv);
     const std::size_t by_work = opt.min_fmas_per_thread ? std::max<std::size_t>(1, fmas / opt.min_fmas_per_thread) : fmas;
     const std::size_t wanted = std::min<std::size_t>(std::max(1u, opt.threads), by_work);

@@ -92,6 +92,14 @@ struct attn_narrow_args {
     std::size_t dst_stride = 0;
 };
 
+/// s[j] = float(double(s[j]) + terms[j]) for j < n: one rounding of a double sum per score (a bias
+/// whose terms a caller computed in double, e.g. one that depends on the key-query distance only).
+struct attn_add_terms_args {
+    float* s = nullptr;
+    const double* terms = nullptr;
+    std::size_t n = 0;
+};
+
 struct attn_qk_functor {
     template <class Arch>
     void operator()(Arch, const attn_qk_args& a) const noexcept;
@@ -112,6 +120,10 @@ struct attn_narrow_functor {
     template <class Arch>
     void operator()(Arch, const attn_narrow_args& a) const noexcept;
 };
+struct attn_add_terms_functor {
+    template <class Arch>
+    void operator()(Arch, const attn_add_terms_args& a) const noexcept;
+};
 
 /// The steps for one architecture, resolved once per attention call.
 struct attn_kernels {
@@ -120,6 +132,7 @@ struct attn_kernels {
     void (*pv)(const attn_pv_args&) noexcept = nullptr;
     void (*widen)(const attn_widen_args&) noexcept = nullptr;
     void (*narrow)(const attn_narrow_args&) noexcept = nullptr;
+    void (*add_terms)(const attn_add_terms_args&) noexcept = nullptr;
     const char* arch = "";
 };
 

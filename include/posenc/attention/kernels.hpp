@@ -12,8 +12,9 @@
 // shared by every query row of the tile (rows = G·query tokens); for 8 rows or fewer (decode) QKᵀ
 // takes dot products along D instead.
 //
-// Over 450 lines: one struct of steps that share the block shapes, the prefetch and the exp; split
-// into files, each would need them again (and the COMDAT rule forbids sharing them as helpers).
+// The steps that share the block shapes live here; the vector exp, tanh and reductions are in
+// kernels_math.hpp, the conversions and prefetch in kernels_convert.hpp (arch-templated structs this
+// one derives from: the COMDAT rule forbids sharing them as plain helpers).
 
 #include <cassert>
 #include <cstddef>
@@ -23,6 +24,8 @@
 #include <type_traits>
 
 #include "posenc/attention/functors.hpp"
+#include "posenc/attention/kernels_convert.hpp"
+#include "posenc/attention/kernels_math.hpp"
 #include "posenc/simd/arch_ops.hpp"
 #include "posenc/simd/xsimd_compat.hpp"  // xsimd
 #include "posenc/core/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
@@ -31,7 +34,7 @@ POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
 
 template <class Arch>
-struct attention_steps {
+struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Arch> {
     using batch = xsimd::batch<float, Arch>;
     static constexpr std::size_t W = batch::size;
     static constexpr std::size_t BK = attn_key_tile;
@@ -42,87 +45,17 @@ struct attention_steps {
     static constexpr float ninf = -__builtin_inff();  // (not numeric_limits: a weak function at -O0)
     static_assert(BK % W == 0 && NV % CV == 0);
 
-    /// Rows of one kv head lie a token stride apart (4 KiB for 8 heads of 128): the hardware prefetcher
-    /// stops at page boundaries, so decode, which streams K and V once, asks for rows ahead itself —
-    /// also past the end of a tile (a call sees one tile; the next tile's first rows would otherwise
-    /// never be prefetched), so past the last key too: a hint, it never faults, and the address is
-    /// computed without pointer arithmetic. 4 rows ahead: S6 at 0.66 of the read pass (8 rows 0.65,
-    /// 16 rows 0.62; 0.55 with 16 rows before the prefetch crossed tiles).
-    /// (Always inlined, as the rotary kernels' prefetch: g++ 12 at -O2 may delete calls to an
-    /// out-of-line function whose only effect is a prefetch.)
-    static constexpr std::size_t prefetch_rows = 4;
-    template <class E>
-    [[gnu::always_inline]] static void prefetch_row(const E* base, std::size_t row, std::size_t stride, std::size_t n) noexcept {
-        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(base) + row * stride * sizeof(E);
-        for (std::uintptr_t line = at & ~std::uintptr_t{63}; line < at + n * sizeof(E); line += 64)
-            __builtin_prefetch(reinterpret_cast<const void*>(line));
-    }
+    using convert = attention_convert_steps<Arch>;
+    using convert::prefetch_row;
+    using convert::prefetch_rows;
+    using convert::to_float;
 
-    // exp and tanh written here, not xsimd's: those call scalar-typed helpers (constants::infinity<float>,
-    // bit_cast<float, unsigned>) that are weak symbols shared by every architecture's unit — the COMDAT
-    // trap. These use batch operations and literal constants only.
-
-    /// e^x for x ≤ 0 (the softmax's s − m), 1-2 ulp: Cephes' expf (n = round(x·log₂e), r = x − n·ln 2 in
-    /// two parts, degree-5 polynomial, × 2ⁿ). x < −87 (and −∞) gives exactly 0.
-    static batch exp_nonpositive(const batch& x) noexcept {
-        using ibatch = xsimd::batch<std::int32_t, Arch>;
-        const batch xc = xsimd::max(x, batch(-87.0f));
-        const batch n = xsimd::nearbyint(xc * batch(1.44269504088896341f));
-        batch r = xsimd::fnma(n, batch(0.693359375f), xc);
-        r = xsimd::fnma(n, batch(-2.12194440e-4f), r);
-        batch p(1.9875691500e-4f);
-        p = xsimd::fma(p, r, batch(1.3981999507e-3f));
-        p = xsimd::fma(p, r, batch(8.3334519073e-3f));
-        p = xsimd::fma(p, r, batch(4.1665795894e-2f));
-        p = xsimd::fma(p, r, batch(1.6666665459e-1f));
-        p = xsimd::fma(p, r, batch(5.0000001201e-1f));
-        p = xsimd::fma(p * r, r, r) + batch(1.0f);
-#if defined(__AVX512F__)
-        // vscalefps rounds p·2ⁿ once, as the product with 2ⁿ's bits does (subnormal results included):
-        // one instruction instead of four.
-        if constexpr (arch_ops<Arch>::is_avx512)
-            return xsimd::select(x < batch(-87.0f), batch(0.0f), batch(_mm512_scalef_ps(p, n)));
-        else
-#endif
-        {
-            const ibatch bits = (xsimd::to_int(n) + ibatch(127)) << 23;
-            const batch scaled = p * xsimd::bitwise_cast<batch>(bits);
-            return xsimd::select(x < batch(-87.0f), batch(0.0f), scaled);
-        }
-    }
-
-    /// tanh: odd Taylor series through x⁹ for |x| < 0.3 (remainder < 2e-8 relative), else
-    /// sign(x)·(1 − 2/(e^{2|x|} + 1)) with e^{2|x|} = 1/e^{−2|x|}.
-    static batch tanh_(const batch& x) noexcept {
-        const batch a = xsimd::abs(x);
-        const batch z = x * x;
-        batch p(62.0f / 2835.0f);
-        p = xsimd::fma(p, z, batch(-17.0f / 315.0f));
-        p = xsimd::fma(p, z, batch(2.0f / 15.0f));
-        p = xsimd::fma(p, z, batch(-1.0f / 3.0f));
-        const batch small = xsimd::fma(p * z, x, x);
-        const batch e = exp_nonpositive(batch(-2.0f) * a);  // e^{−2|x|} ∈ (0, 1]
-        const batch t = (batch(1.0f) - e) / (batch(1.0f) + e);
-        const batch large = xsimd::select(x < batch(0.0f), -t, t);
-        return xsimd::select(a < batch(0.3f), small, large);
-    }
-
-    static float lane0(const batch& b) noexcept {
-        alignas(64) float t[W];
-        b.store_aligned(t);
-        return t[0];
-    }
-    /// The same pairwise tree as hsum, in registers (max is exact: the order cannot change the result).
-    static float hmax(batch v) noexcept {
-        using ops = arch_ops<Arch>;
-        if constexpr (W >= 16) v = xsimd::max(v, ops::template lanes_above<8>(v));
-        if constexpr (W >= 8) v = xsimd::max(v, ops::template lanes_above<4>(v));
-        if constexpr (W >= 4) v = xsimd::max(v, ops::template lanes_above<2>(v));
-        if constexpr (W >= 2) v = xsimd::max(v, ops::template lanes_above<1>(v));
-        return v.get(0);
-    }
-    /// Pairwise, not a serial chain, in registers (a loop over a stored copy was scalar at -O2).
-    static float hsum(const batch& b) noexcept { return arch_ops<Arch>::pairwise_sum(b); }
+    using math = attention_vector_math<Arch>;
+    using math::exp_nonpositive;
+    using math::hmax;
+    using math::hsum;
+    using math::lane0;
+    using math::tanh_;
 
     /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
     /// never transposed; the transposition would cost more than these rows' FMAs.
@@ -477,59 +410,6 @@ struct attention_steps {
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
     }
 
-    /// 16-bit rows to float, exactly: W lanes at a time through arch_ops' widening loads, the tail
-    /// per element; the rows ahead are asked for as in qk_dot (a cache's rows lie a token stride apart).
-    template <class H>
-    static void widen_rows(const attn_widen_args& a) noexcept {
-        const H* src = static_cast<const H*>(a.src);
-        const std::size_t Dw = a.dim / W * W;
-        for (std::size_t j = 0; j < a.rows; ++j) {
-            const H* s = src + j * a.src_stride;
-            float* d = a.dst + j * a.dst_stride;
-            prefetch_row(src, j + prefetch_rows, a.src_stride, a.dim);
-            std::size_t i = 0;
-            for (; i < Dw; i += W) arch_ops<Arch>::load(s + i).store_unaligned(d + i);
-            for (; i < a.dim; ++i) d[i] = to_float(s[i]);
-        }
-    }
-    static float to_float(float x) noexcept { return x; }
-    static float to_float(bf16 x) noexcept { return detail::bf16_bits_to_float<Arch>(x.bits); }
-    static float to_float(fp16 x) noexcept { return detail::fp16_bits_to_float<Arch>(x.bits); }
-    static void widen(const attn_widen_args& a) noexcept {
-        if (a.type == dtype::bf16)
-            widen_rows<bf16>(a);
-        else
-            widen_rows<fp16>(a);
-    }
-
-    /// Float rows to 16 bits through arch_ops' rounding stores, the tail per element (the same
-    /// rounding: round to nearest even).
-    template <class H>
-    static void narrow_rows(const attn_narrow_args& a) noexcept {
-        H* dst = static_cast<H*>(a.dst);
-        const std::size_t Dw = a.dim / W * W;
-        for (std::size_t j = 0; j < a.rows; ++j) {
-            const float* s = a.src + j * a.src_stride;
-            H* d = dst + j * a.dst_stride;
-            std::size_t i = 0;
-            for (; i < Dw; i += W) arch_ops<Arch>::store(d + i, batch::load_unaligned(s + i));
-            for (; i < a.dim; ++i) d[i].bits = narrow_bits<H>(s[i]);
-        }
-    }
-    template <class H>
-    static std::uint16_t narrow_bits(float x) noexcept {  // (not H's constructor: an inline function the units would share)
-        if constexpr (std::is_same_v<H, bf16>)
-            return detail::float_to_bf16_bits<Arch>(x);
-        else
-            return detail::float_to_fp16_bits<Arch>(x);
-    }
-    static void narrow(const attn_narrow_args& a) noexcept {
-        if (a.type == dtype::bf16)
-            narrow_rows<bf16>(a);
-        else
-            narrow_rows<fp16>(a);
-    }
-
     static void pv(const attn_pv_args& a) noexcept {
         assert(a.acc_stride % 16 == 0 && a.acc_stride >= a.dv);  // pv_tail reads and writes whole vectors
         assert(reinterpret_cast<std::uintptr_t>(a.acc) % 64 == 0);
@@ -557,14 +437,6 @@ void attn_softmax_functor::operator()(Arch, const attn_softmax_args& a) const no
 template <class Arch>
 void attn_pv_functor::operator()(Arch, const attn_pv_args& a) const noexcept {
     attention_steps<Arch>::pv(a);
-}
-template <class Arch>
-void attn_widen_functor::operator()(Arch, const attn_widen_args& a) const noexcept {
-    attention_steps<Arch>::widen(a);
-}
-template <class Arch>
-void attn_narrow_functor::operator()(Arch, const attn_narrow_args& a) const noexcept {
-    attention_steps<Arch>::narrow(a);
 }
 
 }  // namespace posenc::simd

@@ -89,11 +89,14 @@ struct attn_state {
 struct attn_scratch {
     attn_floats q, kt, s, acc, krot, vbuf, total_acc;
     std::vector<float> m, l, scale, row_scale, total_m, total_l;
+    std::size_t terms_stride;  // a distance bias's terms per head: a tile's keys + its query span
+    std::vector<double> terms;
     attn_scratch(const attn_shape& sh, bool key_copy, bool value_copy)
         : q(sh.rows_pad * sh.D), kt(sh.D * simd::attn_key_tile), s(sh.rows_pad * simd::attn_key_tile),
           acc(sh.rows_pad * sh.acc_stride), krot(key_copy ? simd::attn_key_tile * sh.D : 0),
           vbuf(value_copy || sh.rows_pad > 2 * simd::attn_row_block ? simd::attn_key_tile * sh.Dv : 0), total_acc(sh.rows_pad * sh.acc_stride), m(sh.rows_pad),
-          l(sh.rows_pad), scale(sh.tile_tokens), row_scale(sh.rows_pad), total_m(sh.rows_pad), total_l(sh.rows_pad) {}
+          l(sh.rows_pad), scale(sh.tile_tokens), row_scale(sh.rows_pad), total_m(sh.rows_pad), total_l(sh.rows_pad),
+          terms_stride(simd::attn_key_tile + sh.tile_tokens), terms(sh.G * terms_stride) {}
     [[nodiscard]] attn_state segment() noexcept { return {m.data(), l.data(), acc.data()}; }
     [[nodiscard]] attn_state total() noexcept { return {total_m.data(), total_l.data(), total_acc.data()}; }
 };
@@ -151,6 +154,38 @@ struct attn_call {
         return t;
     }
 
+    /// For a bias of the distance j − i alone (attention_distance_slope): each head's terms over the
+    /// tile's distances [k_lo − q_hi, k_hi − q_lo] into w.terms, computed in double as add_to_scores
+    /// computes them, so adding them gives add_to_scores' bits. False (the bias is then asked per row)
+    /// for other biases, keys that are not consecutive, queries spread wider than a tile of
+    /// consecutive ones, or positions so large that a distance is not exact in double.
+    bool fill_distance_terms(const attn_query_tile& t, const position_ids& ks, attn_scratch& w) const {
+        using bias_type = std::remove_cvref_t<decltype(enc.bias)>;
+        if constexpr (requires(const bias_type& b) { attention_distance_slope(b, std::size_t{}); }) {
+            constexpr std::int64_t exact = std::int64_t{1} << 50;
+            if (ks.size() == 0 || !ks.is_consecutive()) return false;
+            const std::int64_t k_lo = ks.front(), k_hi = ks.front() + static_cast<std::int64_t>(ks.size() - 1);
+            const auto small = [](std::int64_t x) { return x > -exact && x < exact; };
+            if (!small(k_lo) || !small(k_hi) || !small(t.q_lo) || !small(t.q_hi)) return false;
+            if (t.q_hi - t.q_lo >= static_cast<std::int64_t>(sh.tile_tokens)) return false;
+            const auto len = static_cast<std::int32_t>(ks.size() + static_cast<std::size_t>(t.q_hi - t.q_lo));
+            const auto d0 = static_cast<double>(k_lo - t.q_hi);
+            for (std::size_t g = 0; g < sh.G; ++g) {
+                const auto [m, symmetric] = attention_distance_slope(enc.bias, t.hk * sh.G + g);
+                double* terms = w.terms.data() + g * w.terms_stride;
+                // (the index as a 32-bit integer: its conversion to double vectorises on every x86-64 level)
+                if (symmetric)
+                    for (std::int32_t x = 0; x < len; ++x) terms[x] = -(m * std::abs(d0 + static_cast<double>(x)));
+                else
+                    for (std::int32_t x = 0; x < len; ++x) terms[x] = m * (d0 + static_cast<double>(x));
+            }
+            return true;
+        } else {
+            (void)t, (void)ks, (void)w;
+            return false;
+        }
+    }
+
     /// The softmax state of the tile's rows over the keys of segment `seg`, from a fresh start, into st.
     void run_segment(const attn_query_tile& t, std::size_t seg, attn_scratch& w, const attn_state& st) const {
         constexpr float ninf = -std::numeric_limits<float>::infinity();
@@ -197,6 +232,7 @@ struct attn_call {
             ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data(),
                     add_then_scale ? nullptr : w.row_scale.data(), ktype});
 
+            const bool by_distance = fill_distance_terms(t, ks, w);
             for (std::size_t r = 0; r < R; ++r) {
                 const std::size_t i = r / G, head = hk * G + r % G;
                 const std::int64_t qp = t.qs[i];
@@ -204,12 +240,12 @@ struct attn_call {
                 const std::span<float> row(srow, nk);
                 const std::span<const float> qrow(w.q.data() + r * D, D);
                 const float sc = w.scale[i];
-                if (add_then_scale) {
+                if (by_distance)  // row r's distances start at k_lo − qp, entry q_hi − qp of its head's terms
+                    ker.add_terms({srow, w.terms.data() + (r % G) * w.terms_stride + static_cast<std::size_t>(t.q_hi - qp), nk});
+                else
                     add_bias_to_scores(enc.bias, head, qp, ks, row, qrow);
+                if (add_then_scale)
                     for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
-                } else {
-                    add_bias_to_scores(enc.bias, head, qp, ks, row, qrow);
-                }
                 if (vis == tile_visibility::partial) {
                     const std::int32_t qid = seq ? opt.query_sequence[t.t0 + i] : 0;
                     for (std::size_t j = 0; j < nk; ++j)

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -61,6 +62,13 @@ inline double alibi_slope_unchecked(std::size_t head, std::size_t heads, double 
     const double start = std::pow(2.0, -max_bias / static_cast<double>(2 * c));
     return start * std::pow(start, static_cast<double>(2 * (head - c)));
 }
+
+/// A bias of the key-query distance d = j − i alone, as the attention kernel asks for it: the term
+/// is slope·d (linear) or −(slope·|d|) (symmetric), each product in double.
+struct distance_slope {
+    double slope;
+    bool symmetric;
+};
 
 }  // namespace detail
 
@@ -153,6 +161,15 @@ public:
             const double rel = static_cast<double>(detail::relative_position(keys[j], query_pos));
             s[j] = static_cast<float>(s[j] + m * (causal ? rel : -std::abs(rel)));
         }
+    }
+
+    /// For the attention kernel (found by argument-dependent lookup only): the bias depends on the
+    /// distance alone, so a tile's terms are computed once per distance instead of once per score.
+    /// Not for derived classes, which may hide add_to_scores.
+    template <class B>
+        requires std::same_as<B, alibi_bias>
+    [[nodiscard]] friend detail::distance_slope attention_distance_slope(const B& b, std::size_t head) noexcept {
+        return {b.slopes_[head], b.params_.form == alibi_form::symmetric};
     }
 
 private:

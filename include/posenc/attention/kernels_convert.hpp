@@ -1,0 +1,116 @@
+#pragma once
+// The attention steps that convert rather than multiply, templated on the architecture: 16-bit K/V
+// rows widened to float and float rows narrowed to 16 bits (a cache's append), and double terms
+// added to float scores with one rounding (a bias computed in double). kernels.hpp builds the tile
+// products on the prefetch and widening helpers here. Only arch-templated code (the COMDAT rule of
+// kernels.hpp).
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "posenc/attention/functors.hpp"
+#include "posenc/simd/arch_ops.hpp"
+#include "posenc/simd/xsimd_compat.hpp"  // xsimd
+
+POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
+namespace posenc::simd {
+
+template <class Arch>
+struct attention_convert_steps {
+    using batch = xsimd::batch<float, Arch>;
+    static constexpr std::size_t W = batch::size;
+
+    /// Rows of one kv head lie a token stride apart (4 KiB for 8 heads of 128): the hardware prefetcher
+    /// stops at page boundaries, so decode, which streams K and V once, asks for rows ahead itself —
+    /// also past the end of a tile (a call sees one tile; the next tile's first rows would otherwise
+    /// never be prefetched), so past the last key too: a hint, it never faults, and the address is
+    /// computed without pointer arithmetic. 4 rows ahead: S6 at 0.66 of the read pass (8 rows 0.65,
+    /// 16 rows 0.62; 0.55 with 16 rows before the prefetch crossed tiles).
+    /// (Always inlined, as the rotary kernels' prefetch: g++ 12 at -O2 may delete calls to an
+    /// out-of-line function whose only effect is a prefetch.)
+    static constexpr std::size_t prefetch_rows = 4;
+    template <class E>
+    [[gnu::always_inline]] static void prefetch_row(const E* base, std::size_t row, std::size_t stride, std::size_t n) noexcept {
+        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(base) + row * stride * sizeof(E);
+        for (std::uintptr_t line = at & ~std::uintptr_t{63}; line < at + n * sizeof(E); line += 64)
+            __builtin_prefetch(reinterpret_cast<const void*>(line));
+    }
+
+    /// 16-bit rows to float, exactly: W lanes at a time through arch_ops' widening loads, the tail
+    /// per element; the rows ahead are asked for as in qk_dot (a cache's rows lie a token stride apart).
+    template <class H>
+    static void widen_rows(const attn_widen_args& a) noexcept {
+        const H* src = static_cast<const H*>(a.src);
+        const std::size_t Dw = a.dim / W * W;
+        for (std::size_t j = 0; j < a.rows; ++j) {
+            const H* s = src + j * a.src_stride;
+            float* d = a.dst + j * a.dst_stride;
+            prefetch_row(src, j + prefetch_rows, a.src_stride, a.dim);
+            std::size_t i = 0;
+            for (; i < Dw; i += W) arch_ops<Arch>::load(s + i).store_unaligned(d + i);
+            for (; i < a.dim; ++i) d[i] = to_float(s[i]);
+        }
+    }
+    static float to_float(float x) noexcept { return x; }
+    static float to_float(bf16 x) noexcept { return detail::bf16_bits_to_float<Arch>(x.bits); }
+    static float to_float(fp16 x) noexcept { return detail::fp16_bits_to_float<Arch>(x.bits); }
+    static void widen(const attn_widen_args& a) noexcept {
+        if (a.type == dtype::bf16)
+            widen_rows<bf16>(a);
+        else
+            widen_rows<fp16>(a);
+    }
+
+    /// Float rows to 16 bits through arch_ops' rounding stores, the tail per element (the same
+    /// rounding: round to nearest even).
+    template <class H>
+    static void narrow_rows(const attn_narrow_args& a) noexcept {
+        H* dst = static_cast<H*>(a.dst);
+        const std::size_t Dw = a.dim / W * W;
+        for (std::size_t j = 0; j < a.rows; ++j) {
+            const float* s = a.src + j * a.src_stride;
+            H* d = dst + j * a.dst_stride;
+            std::size_t i = 0;
+            for (; i < Dw; i += W) arch_ops<Arch>::store(d + i, batch::load_unaligned(s + i));
+            for (; i < a.dim; ++i) d[i].bits = narrow_bits<H>(s[i]);
+        }
+    }
+    template <class H>
+    static std::uint16_t narrow_bits(float x) noexcept {  // (not H's constructor: an inline function the units would share)
+        if constexpr (std::is_same_v<H, bf16>)
+            return detail::float_to_bf16_bits<Arch>(x);
+        else
+            return detail::float_to_fp16_bits<Arch>(x);
+    }
+    static void narrow(const attn_narrow_args& a) noexcept {
+        if (a.type == dtype::bf16)
+            narrow_rows<bf16>(a);
+        else
+            narrow_rows<fp16>(a);
+    }
+
+    /// A plain loop the compiler vectorises at Arch's width: float → double, one add, double → float
+    /// (no product, so no contraction can change the rounding on any architecture).
+    static void add_terms(const attn_add_terms_args& a) noexcept {
+        float* s = a.s;
+        const double* t = a.terms;
+        for (std::size_t j = 0; j < a.n; ++j) s[j] = static_cast<float>(static_cast<double>(s[j]) + t[j]);
+    }
+};
+
+template <class Arch>
+void attn_widen_functor::operator()(Arch, const attn_widen_args& a) const noexcept {
+    attention_convert_steps<Arch>::widen(a);
+}
+template <class Arch>
+void attn_narrow_functor::operator()(Arch, const attn_narrow_args& a) const noexcept {
+    attention_convert_steps<Arch>::narrow(a);
+}
+template <class Arch>
+void attn_add_terms_functor::operator()(Arch, const attn_add_terms_args& a) const noexcept {
+    attention_convert_steps<Arch>::add_terms(a);
+}
+
+}  // namespace posenc::simd
+POSENC_SIMD_DIAGNOSTICS_POP
