@@ -41,10 +41,7 @@
 
 namespace posenc {
 
-namespace detail::grad {
-
-/// Which of a call's gradient views is which, for the xPos role and the error names.
-enum class side { queries, keys };
+namespace detail::transform_grad {
 
 template <class T>
 struct is_rotary : std::false_type {};
@@ -185,45 +182,45 @@ void backward(const Transform& t, heads_view<T> dq, heads_view<T> dk, const posi
     }
 }
 
-}  // namespace detail::grad
+}  // namespace detail::transform_grad
 
 /// dq ← J_T(pos)ᵀ·dq and dk ← J_T(pos)ᵀ·dk in place, Q and K at the same positions; either view may be
 /// empty. float storage.
 template <class Transform>
 void transform_backward(const Transform& t, heads_view<float> dq, heads_view<float> dk, const position_ids& pos) {
-    detail::grad::backward(t, dq, dk, pos);
+    detail::transform_grad::backward(t, dq, dk, pos);
 }
 /// The same on bf16/fp16 storage: dY read as float32, dX rounded once to the view's type.
 template <class Transform, half_storage T>
 void transform_backward(const Transform& t, heads_view<T> dq, heads_view<T> dk, const position_ids& pos) {
-    detail::grad::backward(t, dq, dk, pos);
+    detail::transform_grad::backward(t, dq, dk, pos);
 }
 
 /// Queries alone (xPos: the query scale).
 template <class Transform>
 void transform_backward_queries(const Transform& t, heads_view<float> dq, const position_ids& pos) {
-    detail::grad::backward(t, dq, heads_view<float>{}, pos);
+    detail::transform_grad::backward(t, dq, heads_view<float>{}, pos);
 }
 template <class Transform, half_storage T>
 void transform_backward_queries(const Transform& t, heads_view<T> dq, const position_ids& pos) {
-    detail::grad::backward(t, dq, heads_view<T>{}, pos);
+    detail::transform_grad::backward(t, dq, heads_view<T>{}, pos);
 }
 
 /// Keys alone (xPos: the key scale).
 template <class Transform>
 void transform_backward_keys(const Transform& t, heads_view<float> dk, const position_ids& pos) {
-    detail::grad::backward(t, heads_view<float>{}, dk, pos);
+    detail::transform_grad::backward(t, heads_view<float>{}, dk, pos);
 }
 template <class Transform, half_storage T>
 void transform_backward_keys(const Transform& t, heads_view<T> dk, const position_ids& pos) {
-    detail::grad::backward(t, heads_view<T>{}, dk, pos);
+    detail::transform_grad::backward(t, heads_view<T>{}, dk, pos);
 }
 
 /// Multi-axis rotaries (M-RoPE: t, h, w per token) with their component-major positions.
 template <rotary_layout Layout, storage_type T>
 void transform_backward(const multi_axis_rotary<Layout>& t, heads_view<T> dq, heads_view<T> dk,
                         const axis_positions& pos) {
-    detail::grad::multi_axis_backward(t, dq, dk, pos);
+    detail::transform_grad::multi_axis_backward(t, dq, dk, pos);
 }
 
 }  // namespace posenc
