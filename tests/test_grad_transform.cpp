@@ -405,6 +405,9 @@ TEST_CASE("transpose identity: <T(x), y> = <x, Tt(y)> with posenc's own forward"
     const posenc::axis_positions axes(t_pos, h_pos, w_pos);
     check_identity("mrope", [&](auto v) { mr.apply(v, axes); },
                    [&](auto v) { posenc::transform_backward(mr, v, decltype(v){}, axes); });
+    const auto mr_table = mr.table(128);
+    check_identity("mrope table, text positions", [&](auto v) { mr.apply(mr_table, v, ids); },
+                   [&](auto v) { posenc::transform_backward_queries(posenc::table_transform{mr, mr_table}, v, ids); });
 }
 
 TEST_CASE("transform_backward rejects bad input and writes nothing", "[grad]") {

@@ -170,7 +170,13 @@ void backward(const Transform& t, heads_view<T> dq, heads_view<T> dk, const posi
     if constexpr (std::is_same_v<Transform, any_rotary> || is_rotary<Transform>::value) {
         rotary_backward(t, nullptr, dq, dk, pos);
     } else if constexpr (is_table_transform<Transform>::value) {
-        rotary_backward(t.rotary, &t.table, dq, dk, pos);
+        if constexpr (is_multi_axis<std::remove_cvref_t<decltype(t.rotary)>>) {
+            // Checked as the forward; the rows computed per token (the table's values, to float rounding).
+            require_table_of(t.table, t.rotary.frequencies(), pos);
+            multi_axis_backward(t.rotary, dq, dk, axis_positions(pos));
+        } else {
+            rotary_backward(t.rotary, &t.table, dq, dk, pos);
+        }
     } else if constexpr (is_xpos<Transform>::value) {
         xpos_backward(t, dq, dk, pos);
     } else if constexpr (is_multi_axis<Transform>) {
