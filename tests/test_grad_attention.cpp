@@ -502,3 +502,26 @@ TEST_CASE("attention_backward rejects bad input before writing anything", "[grad
     CHECK_NOTHROW(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {}, tbl));
     CHECK_FALSE(untouched());  // the checks' inputs were valid apart from the one each broke
 }
+
+namespace grad_attention_test {
+/// A transform grad/transform.hpp has no backward for: RoPE behind a type of the test's own, so
+/// attention_backward takes its Jacobian from the forward.
+struct wrapped_rope {
+    posenc::rotary<posenc::half_split> rope;
+    void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
+        rope.apply(q, k, pos);
+    }
+};
+}  // namespace grad_attention_test
+
+TEST_CASE("attention_backward equals finite differences: a custom transform without a backward of its own", "[grad]") {
+    const std::size_t D = 8;
+    const grad_attention_test::wrapped_rope wrapped{posenc::rotary<posenc::half_split>({.head_dim = D}, posenc::default_rope{.base = 100})};
+    const auto inv = closed_form_inv_freq(100, D);
+    const std::size_t compared = check_encoding("custom transform", posenc::attention_encoding{wrapped}, [&] {
+        attn_model m;
+        m.rot_q = m.rot_k = rope_rot(D, false, inv, 1.0);
+        return m;
+    });
+    CHECK(compared > 4 * 300);
+}

@@ -81,23 +81,27 @@ inline constexpr bool differentiable_bias =
     });
 
 struct grad_shape {
-    std::size_t Tq, Tk, Hq, Hkv, G, D, Dv, tile_tokens, max_rows;
+    std::size_t Tq, Tk, Hq, Hkv, G, D, Dv, tile_tokens, max_rows, rows_pad, stride_d, stride_dv;
 };
 
-inline constexpr std::size_t grad_key_tile = 64;
+inline constexpr std::size_t grad_key_tile = simd::attn_key_tile;
 
-/// One thread's scratch for one (query tile × key tile) block.
+/// One thread's scratch, 64-byte aligned for the SIMD steps: the query tile's transformed rows and dO
+/// (rows past the tile's zero), a key tile's transformed K and V, the block's P and dS
+/// ([rows][grad_key_tile]), a transposed block for the key-side products, and the accumulators.
 struct grad_scratch {
-    std::vector<float> q, dout, delta, lse, scale, k, v, p, ds, acc_k, acc_v, acc_q;
-    grad_scratch(const grad_shape& sh)
-        : q(sh.max_rows * sh.D), dout(sh.max_rows * sh.Dv), delta(sh.max_rows), lse(sh.max_rows), scale(sh.tile_tokens),
-          k(grad_key_tile * sh.D), v(grad_key_tile * sh.Dv), p(sh.max_rows * grad_key_tile),
-          ds(sh.max_rows * grad_key_tile), acc_k(grad_key_tile * sh.D), acc_v(grad_key_tile * sh.Dv),
-          acc_q(sh.max_rows * sh.D) {}
+    attn_floats q, dout, k, v, kt, p, ds, transposed, acc_k, acc_v, acc_q;
+    std::vector<float> delta, lse, scale, row_scale;
+    explicit grad_scratch(const grad_shape& sh)
+        : q(sh.rows_pad * sh.D), dout(sh.rows_pad * sh.Dv), k(grad_key_tile * sh.D), v(grad_key_tile * sh.Dv),
+          kt(std::max(sh.D, sh.Dv) * grad_key_tile), p(sh.rows_pad * grad_key_tile), ds(sh.rows_pad * grad_key_tile),
+          transposed(grad_key_tile * grad_key_tile), acc_k(grad_key_tile * sh.stride_d), acc_v(grad_key_tile * sh.stride_dv),
+          acc_q(sh.rows_pad * sh.stride_d), delta(sh.rows_pad), lse(sh.rows_pad), scale(sh.tile_tokens),
+          row_scale(sh.rows_pad) {}
 };
 
 struct grad_query_tile {
-    std::size_t hk = 0, t0 = 0, nq = 0, R = 0;
+    std::size_t hk = 0, t0 = 0, nq = 0, R = 0, rows_pad = 0;
     position_ids qs = position_ids::consecutive(0, 0);
     std::int64_t q_lo = 0, q_hi = 0;
     std::int32_t seq_lo = 0, seq_hi = 0;
@@ -112,6 +116,7 @@ struct grad_key_tile_info {
 
 template <class Enc, class Mask, class KV>
 struct grad_call {
+    const simd::attn_kernels& ker;
     const Enc& enc;
     const grad_shape& sh;
     heads_view<const float> q;
@@ -138,6 +143,9 @@ struct grad_call {
         t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
         t.R = t.nq * sh.G;
         const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv;
+        t.rows_pad = (t.R + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
+        std::fill_n(w.q.begin(), t.rows_pad * D, 0.0f);
+        std::fill_n(w.dout.begin(), t.rows_pad * Dv, 0.0f);
         for (std::size_t i = 0; i < t.nq; ++i)
             for (std::size_t g = 0; g < G; ++g) {
                 const std::size_t r = i * G + g, h = hk * G + g;
@@ -153,6 +161,7 @@ struct grad_call {
         t.qs = slice_positions(qpos, t.t0, t.nq);
         transform_queries(enc.transform, heads_view<float>(w.q.data(), {t.nq, G, D}), t.qs);
         for (std::size_t i = 0; i < t.nq; ++i) w.scale[i] = static_cast<float>(enc.scale.scale(t.qs[i], D));
+        for (std::size_t r = 0; r < t.rows_pad; ++r) w.row_scale[r] = r < t.R ? w.scale[r / G] : 0.0f;
         std::tie(t.q_lo, t.q_hi) = t.qs.bounds();
         if (seq()) {
             const auto ids = opt.query_sequence.subspan(t.t0, t.nq);
@@ -201,33 +210,32 @@ struct grad_call {
         return vis;
     }
 
-    /// P and dS (the gradient of the logit before scale and bias, i.e. of s·qᵀk + bias or s·(qᵀk + bias))
-    /// of the block, rows × grad_key_tile; 0 where masked.
+    /// P and dS (the gradient of the logit x = s·qᵀk + bias, or s·(qᵀk + bias), before softcap) of the
+    /// block into w.p and w.ds, [rows][grad_key_tile]; 0 where masked and for a row that saw nothing.
     void block(const grad_query_tile& t, const grad_key_tile_info& kt, tile_visibility vis, grad_scratch& w) const {
         constexpr float ninf = -std::numeric_limits<float>::infinity();
+        constexpr std::size_t BK = grad_key_tile;
         const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv, nk = kt.nk;
         const float cap = opt.softcap;
+        // scale_then_add: the qk step scales each row as it stores it, as the forward does.
+        ker.qk({w.q.data(), t.rows_pad, D, w.k.data(), D, nk, w.kt.data(), w.p.data(),
+                add_then_scale() ? nullptr : w.row_scale.data(), dtype::f32});
+        ker.qk({w.dout.data(), t.rows_pad, Dv, w.v.data(), Dv, nk, w.kt.data(), w.ds.data(), nullptr, dtype::f32});
         for (std::size_t r = 0; r < t.R; ++r) {
             const std::size_t i = r / G, head = t.hk * G + r % G;
             const std::int64_t qp = t.qs[i];
-            float* prow = w.p.data() + r * grad_key_tile;
-            float* dsrow = w.ds.data() + r * grad_key_tile;
-            const float* qr = w.q.data() + r * D;
-            const float* dor = w.dout.data() + r * Dv;
-            const float l = w.lse[r], sc = w.scale[i];
+            float* prow = w.p.data() + r * BK;
+            float* dsrow = w.ds.data() + r * BK;  // dP on entry
+            const float l = w.lse[r], sc = w.scale[i], delta = w.delta[r];
             if (l == ninf) {  // a row that saw nothing (and no sink): no gradient
                 std::fill_n(prow, nk, 0.0f);
                 std::fill_n(dsrow, nk, 0.0f);
                 continue;
             }
-            for (std::size_t j = 0; j < nk; ++j) {
-                float dot = 0.0f;
-                const float* kr = w.k.data() + j * D;
-                for (std::size_t d = 0; d < D; ++d) dot += qr[d] * kr[d];
-                prow[j] = add_then_scale() ? dot : dot * sc;
-            }
-            add_bias_to_scores(enc.bias, head, qp, kt.ks, std::span<float>(prow, nk), std::span<const float>(qr, D));
+            add_bias_to_scores(enc.bias, head, qp, kt.ks, std::span<float>(prow, nk),
+                               std::span<const float>(w.q.data() + r * D, D));
             const std::int32_t qid = seq() ? opt.query_sequence[t.t0 + i] : 0;
+            const float* dor = w.dout.data() + r * Dv;
             for (std::size_t j = 0; j < nk; ++j) {
                 if (vis == tile_visibility::partial &&
                     (!mask.visible(qp, kt.ks[j]) || (seq() && opt.key_sequence[kt.j0 + j] != qid))) {
@@ -243,31 +251,43 @@ struct grad_call {
                     chain = 1.0f - th * th;
                 }
                 const float p = std::exp(x - l);
-                const float* vr = w.v.data() + j * Dv;
-                float dp = 0.0f;
-                for (std::size_t d = 0; d < Dv; ++d) dp += dor[d] * vr[d];
+                float dp = dsrow[j];
                 if constexpr (is_shaw_bias<bias_type>) {
                     const float* av = enc.bias.value_table().data() + enc.bias.row(qp, kt.ks[j]) * Dv;
                     for (std::size_t d = 0; d < Dv; ++d) dp += dor[d] * av[d];
                 }
                 prow[j] = p;
-                dsrow[j] = p * (dp - w.delta[r]) * chain;
+                dsrow[j] = p * (dp - delta) * chain;
             }
+        }
+    }
+
+    /// acc[j] += Σ_r factor_r·block[r][j]·rows[r] over the tile's rows, for each key j: the key-side
+    /// products (dV += Pᵀ·dO, dK += (s·dS)ᵀ·T(Q)) as the pv step over the transposed block, 64 rows at a time.
+    void add_transposed(const grad_query_tile& t, std::size_t nk, const float* block_rows, const float* factor,
+                        const float* rows, std::size_t width, float* acc, std::size_t acc_stride, grad_scratch& w) const {
+        constexpr std::size_t BK = grad_key_tile;
+        for (std::size_t r0 = 0; r0 < t.R; r0 += BK) {
+            const std::size_t n = std::min(BK, t.R - r0);
+            for (std::size_t j = 0; j < nk; ++j)
+                for (std::size_t c = 0; c < n; ++c)
+                    w.transposed[j * BK + c] = factor ? factor[r0 + c] * block_rows[(r0 + c) * BK + j] : block_rows[(r0 + c) * BK + j];
+            ker.pv({w.transposed.data(), nk, n, rows + r0 * width, width, width, acc, acc_stride, dtype::f32});
         }
     }
 
     /// Pass 1: dK (w.r.t. the transformed keys) and dV of key tile `ktile` of kv head hk.
     void key_item(std::size_t hk, std::size_t ktile, grad_scratch& w, const heads_view<float>& dk,
                   const heads_view<float>& dv) const {
-        const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv;
+        const std::size_t D = sh.D, Dv = sh.Dv;
         const grad_key_tile_info kt = key_tile(ktile);
-        std::fill_n(w.acc_k.begin(), kt.nk * D, 0.0f);
-        std::fill_n(w.acc_v.begin(), kt.nk * Dv, 0.0f);
+        std::fill_n(w.acc_k.begin(), kt.nk * sh.stride_d, 0.0f);
+        std::fill_n(w.acc_v.begin(), kt.nk * sh.stride_dv, 0.0f);
         bool loaded = false;
         const std::size_t qtiles = (sh.Tq + sh.tile_tokens - 1) / sh.tile_tokens;
         for (std::size_t qt = 0; qt < qtiles; ++qt) {
             const std::size_t t0 = qt * sh.tile_tokens, nq = std::min(sh.tile_tokens, sh.Tq - t0);
-            grad_query_tile bounds;  // classify from positions before loading the queries
+            grad_query_tile bounds;  // classified from the positions before the queries are loaded
             bounds.qs = slice_positions(qpos, t0, nq);
             std::tie(bounds.q_lo, bounds.q_hi) = bounds.qs.bounds();
             if (seq()) {
@@ -280,22 +300,12 @@ struct grad_call {
             if (!loaded) load_keys(hk, kt, w), loaded = true;
             const grad_query_tile t = load_queries(hk, qt, w);
             block(t, kt, vis, w);
-            for (std::size_t r = 0; r < t.R; ++r) {
-                const float sc = w.scale[r / G];
-                const float* qr = w.q.data() + r * D;
-                const float* dor = w.dout.data() + r * Dv;
-                for (std::size_t j = 0; j < kt.nk; ++j) {
-                    const float p = w.p[r * grad_key_tile + j], ds = sc * w.ds[r * grad_key_tile + j];
-                    float* ak = w.acc_k.data() + j * D;
-                    float* av = w.acc_v.data() + j * Dv;
-                    for (std::size_t d = 0; d < Dv; ++d) av[d] += p * dor[d];
-                    for (std::size_t d = 0; d < D; ++d) ak[d] += ds * qr[d];
-                }
-            }
+            add_transposed(t, kt.nk, w.p.data(), nullptr, w.dout.data(), Dv, w.acc_v.data(), sh.stride_dv, w);
+            add_transposed(t, kt.nk, w.ds.data(), w.row_scale.data(), w.q.data(), D, w.acc_k.data(), sh.stride_d, w);
         }
         for (std::size_t j = 0; j < kt.nk; ++j) {
-            std::copy_n(w.acc_k.data() + j * D, D, dk.row(kt.j0 + j, hk));
-            std::copy_n(w.acc_v.data() + j * Dv, Dv, dv.row(kt.j0 + j, hk));
+            std::copy_n(w.acc_k.data() + j * sh.stride_d, D, dk.row(kt.j0 + j, hk));
+            std::copy_n(w.acc_v.data() + j * sh.stride_dv, Dv, dv.row(kt.j0 + j, hk));
         }
     }
 
@@ -303,14 +313,15 @@ struct grad_call {
     /// share of the parameter gradients into `table` (bias table, then a^K, then a^V, as asked for).
     void query_item(std::size_t hk, std::size_t qtile, grad_scratch& w, const heads_view<float>& dq,
                     const attention_param_grads& pg, std::span<float> table) const {
+        constexpr std::size_t BK = grad_key_tile;
         const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv;
         const grad_query_tile t = load_queries(hk, qtile, w);
-        std::fill_n(w.acc_q.begin(), t.R * D, 0.0f);
+        std::fill_n(w.acc_q.begin(), t.rows_pad * sh.stride_d, 0.0f);
         std::fill(table.begin(), table.end(), 0.0f);
         float* g_bias = table.data();
         float* g_ak = g_bias + pg.bias_table.size();
         float* g_av = g_ak + pg.shaw_keys.size();
-        const std::size_t ktiles = (sh.Tk + grad_key_tile - 1) / grad_key_tile;
+        const std::size_t ktiles = (sh.Tk + BK - 1) / BK;
         for (std::size_t kti = 0; kti < ktiles; ++kti) {
             const grad_key_tile_info kt = key_tile(kti);
             const tile_visibility vis = classify(t, kt);
@@ -321,41 +332,39 @@ struct grad_call {
                 const std::size_t i = r / G, head = hk * G + r % G;
                 const float sc = w.scale[i];
                 const float bf = add_then_scale() ? sc : 1.0f;  // the bias's gradient: dS·s or dS
-                float* aq = w.acc_q.data() + r * D;
+                float* dsrow = w.ds.data() + r * BK;
                 const std::int64_t qp = t.qs[i];
-                for (std::size_t j = 0; j < kt.nk; ++j) {
-                    const float ds = w.ds[r * grad_key_tile + j];
-                    if (ds == 0.0f && w.p[r * grad_key_tile + j] == 0.0f) continue;
-                    const float dss = sc * ds;
-                    const float* kr = w.k.data() + j * D;
-                    for (std::size_t d = 0; d < D; ++d) aq[d] += dss * kr[d];
-                    if constexpr (is_shaw_bias<bias_type>) {
-                        const std::size_t row = enc.bias.row(qp, kt.ks[j]);
-                        const float* akr = enc.bias.key_table().data() + row * D;
-                        const float dsb = bf * ds;
-                        for (std::size_t d = 0; d < D; ++d) aq[d] += dsb * akr[d];
-                        if (!pg.shaw_keys.empty()) {
-                            const float* qr = w.q.data() + r * D;
-                            for (std::size_t d = 0; d < D; ++d) g_ak[row * D + d] += dsb * qr[d];
-                        }
-                        if (!pg.shaw_values.empty()) {
-                            const float p = w.p[r * grad_key_tile + j];
-                            const float* dor = w.dout.data() + r * Dv;
-                            for (std::size_t d = 0; d < Dv; ++d) g_av[row * Dv + d] += p * dor[d];
-                        }
-                    }
-                    if constexpr (is_t5_bias<bias_type>) {
-                        if (!pg.bias_table.empty()) {
+                if constexpr (is_shaw_bias<bias_type> || is_t5_bias<bias_type>) {
+                    for (std::size_t j = 0; j < kt.nk; ++j) {
+                        const float ds = dsrow[j];
+                        if constexpr (is_shaw_bias<bias_type>) {
+                            const std::size_t row = enc.bias.row(qp, kt.ks[j]);
+                            const float* akr = enc.bias.key_table().data() + row * D;
+                            const float dsb = bf * ds;
+                            float* aq = w.acc_q.data() + r * sh.stride_d;
+                            for (std::size_t d = 0; d < D; ++d) aq[d] += dsb * akr[d];
+                            if (!pg.shaw_keys.empty()) {
+                                const float* qr = w.q.data() + r * D;
+                                for (std::size_t d = 0; d < D; ++d) g_ak[row * D + d] += dsb * qr[d];
+                            }
+                            if (!pg.shaw_values.empty()) {
+                                const float p = w.p[r * BK + j];
+                                const float* dor = w.dout.data() + r * Dv;
+                                for (std::size_t d = 0; d < Dv; ++d) g_av[row * Dv + d] += p * dor[d];
+                            }
+                        } else if (!pg.bias_table.empty()) {
                             const auto b = static_cast<std::size_t>(
                                 enc.bias.buckets().bucket_unchecked(relative_position(kt.ks[j], qp)));
                             g_bias[b * sh.Hq + head] += bf * ds;
                         }
                     }
                 }
+                for (std::size_t j = 0; j < kt.nk; ++j) dsrow[j] *= sc;
             }
+            ker.pv({w.ds.data(), t.R, kt.nk, w.k.data(), D, D, w.acc_q.data(), sh.stride_d, dtype::f32});
         }
         for (std::size_t r = 0; r < t.R; ++r)
-            std::copy_n(w.acc_q.data() + r * D, D, dq.row(t.t0 + r / G, hk * G + r % G));
+            std::copy_n(w.acc_q.data() + r * sh.stride_d, D, dq.row(t.t0 + r / G, hk * G + r % G));
     }
 };
 
@@ -440,7 +449,11 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
     sh.Tq = Tq, sh.Tk = Tk, sh.Hq = Hq, sh.Hkv = Hkv, sh.G = Hq / Hkv, sh.D = D, sh.Dv = Dv;
     sh.tile_tokens = std::max<std::size_t>(1, std::min(Tq, std::max<std::size_t>(1, 64 / sh.G)));
     sh.max_rows = sh.tile_tokens * sh.G;
-    const grad_call<Enc, Mask, KV> call{enc, sh, q, k, v, out, lse, dout, qpos, kpos, mask, opt};
+    sh.rows_pad = (sh.max_rows + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
+    sh.stride_d = (D + 15) / 16 * 16;
+    sh.stride_dv = (Dv + 15) / 16 * 16;
+    const simd::attn_kernels ker = simd::attention_kernels();
+    const grad_call<Enc, Mask, KV> call{ker, enc, sh, q, k, v, out, lse, dout, qpos, kpos, mask, opt};
     const std::size_t ktiles = (Tk + grad_key_tile - 1) / grad_key_tile;
     const std::size_t qtiles = Tq == 0 ? 0 : (Tq + sh.tile_tokens - 1) / sh.tile_tokens;
     const std::size_t fmas = Tq * Hq * std::max<std::size_t>(Tk, 1) * (2 * D + 2 * Dv);

@@ -1,26 +1,38 @@
 #pragma once
-// dX = J_T(pos)ᵀ·dY for a Q/K transform T, in place, from the forward alone: every posenc transform
-// (rotary, xPos, table_transform, NoPE) is linear in x at a fixed position, so column c of J is
-// T(e_c), and one forward call on the D basis vectors (as D heads of one token) gives J for a token.
-// attention_backward uses it until grad/transform.hpp's transform_backward (the transposed rotation,
-// O(D) per row instead of O(D²)) is merged; it costs O(D²) per token and head, small next to the
-// attention's O(Tk·D) per row.
+// dX = J_T(pos)ᵀ·dY for a Q/K transform T, in place: grad/transform.hpp's transform_backward for the
+// transforms it knows (rotary, any_rotary, table_transform, xPos, NoPE), else from T's forward alone.
+// A Q/K transform is linear in x at a fixed position, so column c of J is T(e_c), and one forward call
+// on the D basis vectors (as D heads of one token) gives J for a token: O(D²) per token and head, small
+// next to attention's O(Tk·D) per row, for a custom transform that has no backward of its own.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
+#include "posenc/grad/transform.hpp"
 
 namespace posenc::detail {
+
+/// The transforms grad/transform.hpp has a backward for (it rejects the others at compile time).
+template <class T>
+inline constexpr bool has_transform_backward = std::is_same_v<T, any_rotary> || grad::is_rotary<T>::value ||
+                                               grad::is_table_transform<T>::value || grad::is_xpos<T>::value ||
+                                               std::is_same_v<T, nope>;
 
 template <bool Keys, class Transform>
 void grad_transform_transpose(const Transform& t, const heads_view<float>& dx, const position_ids& pos) {
     if constexpr (is_identity_transform<Transform>) {
         return;
+    } else if constexpr (has_transform_backward<Transform>) {
+        if constexpr (Keys)
+            transform_backward_keys(t, dx, pos);
+        else
+            transform_backward_queries(t, dx, pos);
     } else {
         const std::size_t D = dx.head_dim(), T = dx.tokens(), H = dx.heads();
         if (T == 0 || H == 0 || D == 0) return;
