@@ -91,13 +91,13 @@ inline constexpr std::size_t grad_key_tile = simd::attn_key_tile;
 /// ([rows][grad_key_tile]), a transposed block for the key-side products, and the accumulators.
 struct grad_scratch {
     attn_floats q, dout, k, v, kt, p, ds, transposed, acc_k, acc_v, acc_q;
-    std::vector<float> delta, lse, scale, row_scale;
+    std::vector<float> delta, lse, scale, row_scale, m, l;
     explicit grad_scratch(const grad_shape& sh)
         : q(sh.rows_pad * sh.D), dout(sh.rows_pad * sh.Dv), k(grad_key_tile * sh.D), v(grad_key_tile * sh.Dv),
           kt(std::max(sh.D, sh.Dv) * grad_key_tile), p(sh.rows_pad * grad_key_tile), ds(sh.rows_pad * grad_key_tile),
           transposed(grad_key_tile * grad_key_tile), acc_k(grad_key_tile * sh.stride_d), acc_v(grad_key_tile * sh.stride_dv),
           acc_q(sh.rows_pad * sh.stride_d), delta(sh.rows_pad), lse(sh.rows_pad), scale(sh.tile_tokens),
-          row_scale(sh.rows_pad) {}
+          row_scale(sh.rows_pad), m(sh.rows_pad), l(sh.rows_pad) {}
 };
 
 struct grad_query_tile {
@@ -221,43 +221,60 @@ struct grad_call {
         ker.qk({w.q.data(), t.rows_pad, D, w.k.data(), D, nk, w.kt.data(), w.p.data(),
                 add_then_scale() ? nullptr : w.row_scale.data(), dtype::f32});
         ker.qk({w.dout.data(), t.rows_pad, Dv, w.v.data(), Dv, nk, w.kt.data(), w.ds.data(), nullptr, dtype::f32});
-        for (std::size_t r = 0; r < t.R; ++r) {
+        for (std::size_t r = 0; r < t.R; ++r) {  // the logits as the forward forms them, −∞ where masked
             const std::size_t i = r / G, head = t.hk * G + r % G;
             const std::int64_t qp = t.qs[i];
+            float* srow = w.p.data() + r * BK;
+            add_bias_to_scores(enc.bias, head, qp, kt.ks, std::span<float>(srow, nk),
+                               std::span<const float>(w.q.data() + r * D, D));
+            if (add_then_scale()) {
+                const float sc = w.scale[i];
+                for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
+            }
+            if (vis == tile_visibility::partial) {
+                const std::int32_t qid = seq() ? opt.query_sequence[t.t0 + i] : 0;
+                for (std::size_t j = 0; j < nk; ++j)
+                    if (!mask.visible(qp, kt.ks[j]) || (seq() && opt.key_sequence[kt.j0 + j] != qid)) srow[j] = ninf;
+            }
+        }
+        if (cap == 0.0f) {  // P = exp(S − lse) by the forward's softmax step started from m = lse
+            std::copy_n(w.lse.begin(), t.R, w.m.begin());
+            std::fill_n(w.l.begin(), t.R, 0.0f);
+            ker.softmax({w.p.data(), t.R, nk, w.m.data(), w.l.data(), w.acc_q.data(), 0, 0, 0.0f});
+        }
+        for (std::size_t r = 0; r < t.R; ++r) {
+            const std::int64_t qp = t.qs[r / G];
             float* prow = w.p.data() + r * BK;
             float* dsrow = w.ds.data() + r * BK;  // dP on entry
-            const float l = w.lse[r], sc = w.scale[i], delta = w.delta[r];
+            const float l = w.lse[r], delta = w.delta[r];
             if (l == ninf) {  // a row that saw nothing (and no sink): no gradient
                 std::fill_n(prow, nk, 0.0f);
                 std::fill_n(dsrow, nk, 0.0f);
                 continue;
             }
-            add_bias_to_scores(enc.bias, head, qp, kt.ks, std::span<float>(prow, nk),
-                               std::span<const float>(w.q.data() + r * D, D));
-            const std::int32_t qid = seq() ? opt.query_sequence[t.t0 + i] : 0;
-            const float* dor = w.dout.data() + r * Dv;
-            for (std::size_t j = 0; j < nk; ++j) {
-                if (vis == tile_visibility::partial &&
-                    (!mask.visible(qp, kt.ks[j]) || (seq() && opt.key_sequence[kt.j0 + j] != qid))) {
+            if constexpr (is_shaw_bias<bias_type>) {
+                const float* dor = w.dout.data() + r * Dv;
+                for (std::size_t j = 0; j < nk; ++j) {
+                    const float* av = enc.bias.value_table().data() + enc.bias.row(qp, kt.ks[j]) * Dv;
+                    float dp = 0.0f;
+                    for (std::size_t d = 0; d < Dv; ++d) dp += dor[d] * av[d];
+                    dsrow[j] += dp;
+                }
+            }
+            if (cap == 0.0f) {
+                for (std::size_t j = 0; j < nk; ++j) dsrow[j] = prow[j] * (dsrow[j] - delta);
+                continue;
+            }
+            for (std::size_t j = 0; j < nk; ++j) {  // softcap: y = c·tanh(x/c), dy/dx = 1 − tanh²
+                if (prow[j] == ninf) {
                     prow[j] = 0.0f;
                     dsrow[j] = 0.0f;
                     continue;
                 }
-                float x = add_then_scale() ? prow[j] * sc : prow[j];
-                float chain = 1.0f;
-                if (cap > 0.0f) {
-                    const float th = std::tanh(x / cap);
-                    x = cap * th;
-                    chain = 1.0f - th * th;
-                }
-                const float p = std::exp(x - l);
-                float dp = dsrow[j];
-                if constexpr (is_shaw_bias<bias_type>) {
-                    const float* av = enc.bias.value_table().data() + enc.bias.row(qp, kt.ks[j]) * Dv;
-                    for (std::size_t d = 0; d < Dv; ++d) dp += dor[d] * av[d];
-                }
+                const float th = std::tanh(prow[j] / cap);
+                const float p = std::exp(cap * th - l);
                 prow[j] = p;
-                dsrow[j] = p * (dp - delta) * chain;
+                dsrow[j] = p * (dsrow[j] - delta) * (1.0f - th * th);
             }
         }
     }
