@@ -38,6 +38,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -137,10 +138,8 @@ struct grad_call {
     /// The rows of query tile `tile` of kv head hk (row i·G + g is token t0 + i, head hk·G + g):
     /// transformed queries, dO, Δ = dO·O, lse, and the per-token scales.
     grad_query_tile load_queries(std::size_t hk, std::size_t tile, grad_scratch& w) const {
-        grad_query_tile t;
+        grad_query_tile t = query_bounds(tile);
         t.hk = hk;
-        t.t0 = tile * sh.tile_tokens;
-        t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
         t.R = t.nq * sh.G;
         const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv;
         t.rows_pad = (t.R + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
@@ -158,16 +157,9 @@ struct grad_call {
                 w.delta[r] = static_cast<float>(delta);
                 w.lse[r] = lse[(t.t0 + i) * sh.Hq + h];
             }
-        t.qs = slice_positions(qpos, t.t0, t.nq);
         transform_queries(enc.transform, heads_view<float>(w.q.data(), {t.nq, G, D}), t.qs);
         for (std::size_t i = 0; i < t.nq; ++i) w.scale[i] = static_cast<float>(enc.scale.scale(t.qs[i], D));
         for (std::size_t r = 0; r < t.rows_pad; ++r) w.row_scale[r] = r < t.R ? w.scale[r / G] : 0.0f;
-        std::tie(t.q_lo, t.q_hi) = t.qs.bounds();
-        if (seq()) {
-            const auto ids = opt.query_sequence.subspan(t.t0, t.nq);
-            t.seq_lo = *std::min_element(ids.begin(), ids.end());
-            t.seq_hi = *std::max_element(ids.begin(), ids.end());
-        }
         return t;
     }
 
@@ -178,12 +170,24 @@ struct grad_call {
         kt.nk = std::min(grad_key_tile, sh.Tk - kt.j0);
         kt.ks = slice_positions(kpos, kt.j0, kt.nk);
         std::tie(kt.k_lo, kt.k_hi) = kt.ks.bounds();
-        if (seq()) {
-            const auto ids = opt.key_sequence.subspan(kt.j0, kt.nk);
-            kt.seq_lo = *std::min_element(ids.begin(), ids.end());
-            kt.seq_hi = *std::max_element(ids.begin(), ids.end());
-        }
+        if (seq()) std::tie(kt.seq_lo, kt.seq_hi) = id_range(opt.key_sequence.subspan(kt.j0, kt.nk));
         return kt;
+    }
+
+    /// Query tile `tile`'s tokens, positions and the ranges the masks classify it by.
+    grad_query_tile query_bounds(std::size_t tile) const {
+        grad_query_tile t;
+        t.t0 = tile * sh.tile_tokens;
+        t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
+        t.qs = slice_positions(qpos, t.t0, t.nq);
+        std::tie(t.q_lo, t.q_hi) = t.qs.bounds();
+        if (seq()) std::tie(t.seq_lo, t.seq_hi) = id_range(opt.query_sequence.subspan(t.t0, t.nq));
+        return t;
+    }
+
+    static std::pair<std::int32_t, std::int32_t> id_range(std::span<const std::int32_t> ids) {
+        const auto [lo, hi] = std::minmax_element(ids.begin(), ids.end());
+        return {*lo, *hi};
     }
 
     /// K (widened, transformed unless keys_transformed) and V of a key tile into scratch.
@@ -303,16 +307,7 @@ struct grad_call {
         bool loaded = false;
         const std::size_t qtiles = (sh.Tq + sh.tile_tokens - 1) / sh.tile_tokens;
         for (std::size_t qt = 0; qt < qtiles; ++qt) {
-            const std::size_t t0 = qt * sh.tile_tokens, nq = std::min(sh.tile_tokens, sh.Tq - t0);
-            grad_query_tile bounds;  // classified from the positions before the queries are loaded
-            bounds.qs = slice_positions(qpos, t0, nq);
-            std::tie(bounds.q_lo, bounds.q_hi) = bounds.qs.bounds();
-            if (seq()) {
-                const auto ids = opt.query_sequence.subspan(t0, nq);
-                bounds.seq_lo = *std::min_element(ids.begin(), ids.end());
-                bounds.seq_hi = *std::max_element(ids.begin(), ids.end());
-            }
-            const tile_visibility vis = classify(bounds, kt);
+            const tile_visibility vis = classify(query_bounds(qt), kt);  // before the queries are loaded
             if (vis == tile_visibility::none) continue;
             if (!loaded) load_keys(hk, kt, w), loaded = true;
             const grad_query_tile t = load_queries(hk, qt, w);
