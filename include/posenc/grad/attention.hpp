@@ -1,4 +1,6 @@
 #pragma once
+// (Over 450 lines: the block recompute, the two passes and the checks they rely on are one algorithm
+// whose invariants — same scores as the forward, fixed summation order — are easiest to review together.)
 // posenc::attention_backward: the gradients of out = attention(enc, q, k, v, ...) (attention/attention.hpp)
 // with respect to Q, K, V (the un-transformed inputs as the forward took them) and, where the
 // encoding has parameters, the T5 table, Shaw's a^K and a^V tables and the sink logits.
