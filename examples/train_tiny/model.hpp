@@ -53,7 +53,7 @@ struct layer_position {
 };
 
 struct model_config {
-    std::size_t vocab = 64, d_model = 64, heads = 4, head_dim = 16, d_ff = 256;
+    std::size_t vocab = 20, d_model = 32, heads = 2, head_dim = 16, d_ff = 128;
     std::vector<layer_position> layers{{encoding::rope, 0}, {encoding::rope, 0}};
     double rope_base = 10000.0;
     posenc::xpos xpos{};                                           // base 10⁴, γ 0.4, scale_base 512

@@ -1,7 +1,9 @@
 #pragma once
 // The synthetic task: associative recall at a random depth. A sequence of n tokens is random filler
 // with `pairs` key-value pairs (key token, then its value token) placed at random depths, then the same
-// keys asked again in a random order at the end (key, value). The model must predict each queried
+// keys asked again in a random order at the end (key, value). Values are drawn from the filler's
+// tokens, so a value is told apart from filler only by where it stands (right after its key): no
+// bag-of-tokens shortcut finds it. The model must predict each queried
 // key's value: the answer positions are the value slots of the queries. The rule is the same at every
 // length (the same number of pairs, more filler), so a model that fails at 8L fails because of how its
 // attention treats distance, not because the task changed.
@@ -19,12 +21,11 @@
 namespace train_tiny {
 
 struct recall_task {
-    std::size_t filler_tokens = 32;  ///< token ids [0, filler)
-    std::size_t key_tokens = 16;     ///< ids [filler, filler + keys)
-    std::size_t value_tokens = 16;   ///< ids [filler + keys, vocab)
-    std::size_t pairs = 4;
+    std::size_t filler_tokens = 16;  ///< token ids [0, filler): filler and values
+    std::size_t key_tokens = 4;      ///< ids [filler, filler + keys)
+    std::size_t pairs = 4;           ///< ≤ key_tokens (distinct keys per sequence)
 
-    [[nodiscard]] std::size_t vocab() const { return filler_tokens + key_tokens + value_tokens; }
+    [[nodiscard]] std::size_t vocab() const { return filler_tokens + key_tokens; }
     [[nodiscard]] std::size_t min_length() const { return 4 * pairs + 2; }
 };
 
@@ -54,7 +55,7 @@ inline recall_batch make_recall_batch(const recall_task& task, std::size_t batch
         for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = i;
         std::shuffle(slots.begin(), slots.end(), rng);
         for (std::size_t p = 0; p < task.pairs; ++p) {
-            values[p] = static_cast<int>(task.filler_tokens + task.key_tokens + uniform(task.value_tokens));
+            values[p] = static_cast<int>(uniform(task.filler_tokens));
             seq[2 * slots[p]] = keys[p];
             seq[2 * slots[p] + 1] = values[p];
         }
