@@ -440,9 +440,12 @@ TEST_CASE("transform_backward rejects bad input and writes nothing", "[grad]") {
                                                strided_view(dk), ids),
                     posenc::range_error);
     unchanged();
-    // xPos: a scale outside float range at one key (the last), after the queries' rows were fine.
-    const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = head_dim}, posenc::xpos{});
-    const std::vector<std::int64_t> far{0, 1, 2, 3, 2000000};
+    // xPos: a key scale outside the float range while every query scale is inside it. At p − c = −36000,
+    // pair 0 (ζ = 0.4/1.4) has the query scale ζ^(−36000/512) = e^88.09 ≈ 1.8e38 < FLT_MAX and the key
+    // scale e^−88.09 ≈ 5.5e-39 < FLT_MIN: dq must not be written before the keys' rows are checked.
+    const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = head_dim}, posenc::xpos{.center = 36000});
+    const std::vector<std::int64_t> far{36000, 36001, 36002, 36003, 0};
+    CHECK_NOTHROW(xp.rows(posenc::position_ids(far), posenc::xpos_role::query));
     CHECK_THROWS_AS(posenc::transform_backward(xp, strided_view(dq), strided_view(dk), posenc::position_ids(far)),
                     posenc::range_error);
     unchanged();

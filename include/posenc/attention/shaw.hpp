@@ -20,6 +20,7 @@
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/errors.hpp"
 #include "posenc/core/positions.hpp"
+#include "posenc/detail/lifetimebound.hpp"
 #include "posenc/detail/score_row.hpp"
 
 namespace posenc {
@@ -48,6 +49,11 @@ public:
 
     [[nodiscard]] bias_order order() const noexcept { return bias_order::add_then_scale; }
     [[nodiscard]] std::int64_t max_distance() const noexcept { return k_; }
+    /// The copied tables a^K [2k + 1, D] and a^V [2k + 1, Dv] (attention_backward reads them).
+    [[nodiscard]] std::span<const float> key_table() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return ak_; }
+    [[nodiscard]] std::span<const float> value_table() const noexcept POSENC_DETAIL_LIFETIMEBOUND { return av_; }
+    [[nodiscard]] std::size_t head_dim() const noexcept { return d_; }
+    [[nodiscard]] std::size_t value_dim() const noexcept { return dv_; }
 
     /// Row index of the clipped distance j − i.
     [[nodiscard]] std::size_t row(std::int64_t query_pos, std::int64_t key_pos) const noexcept {

@@ -1,0 +1,527 @@
+// attention_backward against central finite differences of L = Σ dOut ⊙ attention(...), with the
+// attention computed by the independent double model of tests/support/attention_reference.hpp (every
+// encoding's closed form written there, not posenc's code).
+//
+// Tolerance: the analytic gradient is computed in float (scores, P = exp(S − lse), dS, sums of at most
+// a few dozen terms), so each element carries a relative error of ~1e-6 of the magnitudes involved;
+// the finite difference (step h = 2^-9, the actual steps after float rounding divided out) has a
+// truncation error of h²/6·|L'''| ~ 1e-6 and double rounding ~1e-16/h. 2e-4 of max(1, max |gradient|)
+// leaves room for both and still fails on any wrong term (a dropped scale or bias term moves the
+// gradient by O(1)).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "posenc/attention/partial.hpp"
+#include "posenc/bias/alibi.hpp"
+#include "posenc/bias/t5.hpp"
+#include "posenc/grad/attention.hpp"
+#include "posenc/rope/any_rotary.hpp"
+#include "posenc/rope/default.hpp"
+#include "posenc/rope/rotary.hpp"
+#include "posenc/rope/yarn.hpp"
+#include "posenc/xpos/xpos.hpp"
+#include "support/attention_reference.hpp"
+#include "support/reference.hpp"
+
+using namespace posenc_test;
+
+namespace grad_attention_test {
+
+constexpr double grad_tolerance = 2e-4;
+constexpr float fd_step = 1.0f / 512.0f;
+
+/// A parameter the finite differences perturb: its float storage (read by the model factory) and the
+/// analytic gradient posenc added to a zeroed span.
+struct param_check {
+    std::string name;
+    std::vector<float>* storage;
+    std::vector<float> grad;
+};
+
+struct grad_result {
+    std::vector<float> dq, dk, dv;
+};
+
+/// The forward (posenc's attention_partial, merged with the sinks when there are some) and the backward.
+template <class Enc, class Mask>
+grad_result run_backward(const attn_problem& p, const Enc& enc, const Mask& mask, const posenc::attention_options& opt,
+                         const std::vector<float>& dout, const posenc::attention_param_grads& pg,
+                         std::vector<float>* out_lse = nullptr) {
+    std::vector<float> out(p.Tq * p.Hq * p.Dv), lse(p.Tq * p.Hq);
+    posenc::heads_view<const float> q(p.q.data(), {p.Tq, p.Hq, p.D}), k(p.k.data(), {p.Tk, p.Hkv, p.D}),
+        v(p.v.data(), {p.Tk, p.Hkv, p.Dv});
+    posenc::heads_view<float> o(out.data(), {p.Tq, p.Hq, p.Dv});
+    const posenc::position_ids qpos(std::span<const std::int64_t>(p.qpos)), kpos(std::span<const std::int64_t>(p.kpos));
+    posenc::attention_options fwd = opt;
+    fwd.sinks = {};
+    posenc::attention_partial(enc, q, k, v, o, lse, qpos, kpos, mask, fwd);
+    if (!opt.sinks.empty()) posenc::merge_attention_partials({posenc::attention_part{o, lse}}, o, lse, opt.sinks);
+    grad_result g{std::vector<float>(p.q.size()), std::vector<float>(p.k.size()), std::vector<float>(p.v.size())};
+    posenc::attention_backward(enc, q, k, v, o, lse, posenc::heads_view<const float>(dout.data(), {p.Tq, p.Hq, p.Dv}),
+                               posenc::heads_view<float>(g.dq.data(), {p.Tq, p.Hq, p.D}),
+                               posenc::heads_view<float>(g.dk.data(), {p.Tk, p.Hkv, p.D}),
+                               posenc::heads_view<float>(g.dv.data(), {p.Tk, p.Hkv, p.Dv}), qpos, kpos, mask, opt, pg);
+    if (out_lse) *out_lse = lse;
+    return g;
+}
+
+double loss_of(const attn_problem& p, const attn_model& m, const visible_fn& vis, const std::vector<float>& dout) {
+    const std::vector<double> out = reference_attention(p, m, vis);
+    double l = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) l += static_cast<double>(dout[i]) * out[i];
+    return l;
+}
+
+/// Central difference of L in x (a float the model reads), dividing by the steps float could take.
+double central_difference(float& x, const std::function<double()>& loss) {
+    const float x0 = x, xp = x0 + fd_step, xm = x0 - fd_step;
+    x = xp;
+    const double lp = loss();
+    x = xm;
+    const double lm = loss();
+    x = x0;
+    return (lp - lm) / (static_cast<double>(xp) - static_cast<double>(xm));
+}
+
+/// Compares each analytic gradient with the finite differences of every element (or of `stride`-spaced
+/// elements for a large case). Returns the number of elements compared.
+std::size_t compare_with_differences(const std::string& name, attn_problem& p, const std::function<attn_model()>& model_of,
+                                     const visible_fn& vis, const std::vector<float>& dout, const grad_result& g,
+                                     std::vector<param_check>& params, std::size_t stride = 1) {
+    const auto loss = [&] { return loss_of(p, model_of(), vis, dout); };
+    std::size_t compared = 0;
+    auto check = [&](const std::string& what, std::vector<float>& x, const std::vector<float>& grad) {
+        REQUIRE(x.size() == grad.size());
+        std::vector<double> fd, got;
+        for (std::size_t i = 0; i < x.size(); i += stride) {
+            fd.push_back(central_difference(x[i], loss));
+            got.push_back(grad[i]);
+        }
+        double scale = 1.0, worst = 0.0;
+        for (double f : fd) scale = std::max(scale, std::abs(f));
+        for (std::size_t i = 0; i < fd.size(); ++i) worst = std::max(worst, std::abs(got[i] - fd[i]));
+        INFO(name << ": d" << what << " worst |analytic - finite difference| " << worst << " of scale " << scale);
+        CHECK(worst <= grad_tolerance * scale);
+        compared += fd.size();
+    };
+    check("q", p.q, g.dq);
+    check("k", p.k, g.dk);
+    check("v", p.v, g.dv);
+    for (param_check& pc : params) check(pc.name, *pc.storage, pc.grad);
+    return compared;
+}
+
+struct mask_case {
+    std::string name;
+    visible_fn visible;
+};
+
+std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0)) ? 1 : 0); }
+
+const visible_fn see_all = [](std::int64_t, std::int64_t) { return true; };
+const visible_fn see_causal = [](std::int64_t i, std::int64_t j) { return j <= i; };
+const visible_fn see_window3 = [](std::int64_t i, std::int64_t j) { return j <= i && i - j < 3; };
+const visible_fn see_chunk4 = [](std::int64_t i, std::int64_t j) { return j <= i && floor_div(i, 4) == floor_div(j, 4); };
+
+/// f(name, mask, visible) for the four masks.
+template <class F>
+void for_each_mask(const F& f) {
+    f("none", posenc::no_mask{}, see_all);
+    f("causal", posenc::causal_mask{}, see_causal);
+    f("sliding_window 3", posenc::sliding_window_mask{3}, see_window3);
+    f("chunked 4", posenc::chunked_mask{4}, see_chunk4);
+}
+
+struct case_shape {
+    std::size_t Tq = 7, Tk = 9, Hq = 2, Hkv = 2, D = 8, Dv = 6;
+    std::int64_t offset = 5;
+};
+
+/// One encoding over the four masks: every gradient against finite differences.
+template <class Enc>
+std::size_t check_encoding(const std::string& name, const Enc& enc, const std::function<attn_model()>& model_of,
+                           const posenc::attention_options& opt = {}, case_shape cs = {},
+                           const std::function<void(attn_problem&)>& edit = {},
+                           std::vector<param_check> params = {}, std::vector<float>* sink_storage = nullptr) {
+    std::size_t compared = 0;
+    std::uint32_t seed = 100;
+    for_each_mask([&](const char* mname, const auto& mask, const visible_fn& vis) {
+        attn_problem p = make_attn_problem(cs.Tq, cs.Tk, cs.Hq, cs.Hkv, cs.D, cs.Dv, seed, cs.offset);
+        if (edit) edit(p);
+        const std::vector<float> dout = random_floats(cs.Tq * cs.Hq * cs.Dv, seed + 7, 1.0f);
+        seed += 10;
+        posenc::attention_options o = opt;
+        if (!p.qseq.empty()) o.query_sequence = p.qseq, o.key_sequence = p.kseq;
+        for (param_check& pc : params) std::fill(pc.grad.begin(), pc.grad.end(), 0.0f);
+        posenc::attention_param_grads pg;
+        for (param_check& pc : params) {
+            if (pc.name == "bias_table") pg.bias_table = pc.grad;
+            if (pc.name == "shaw_keys") pg.shaw_keys = pc.grad;
+            if (pc.name == "shaw_values") pg.shaw_values = pc.grad;
+            if (pc.name == "sinks") pg.sinks = pc.grad;
+        }
+        if (sink_storage) o.sinks = *sink_storage;
+        const grad_result g = run_backward(p, enc, mask, o, dout, pg);
+        compared += compare_with_differences(name + " mask " + mname, p, model_of, vis, dout, g, params);
+    });
+    return compared;
+}
+
+attn_model plain_model() { return attn_model{}; }
+
+}  // namespace grad_attention_test
+
+using namespace grad_attention_test;
+
+TEST_CASE("attention_backward equals finite differences: NoPE, RoPE (both layouts, YaRN's amplitude), xPos", "[grad]") {
+    std::size_t compared = 0;
+    const std::size_t D = 8;
+    compared += check_encoding("nope", posenc::attention_encoding{posenc::nope{}}, plain_model);
+    {
+        const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{.base = 100});
+        const auto inv = closed_form_inv_freq(100, D);
+        compared += check_encoding("rope half_split", posenc::attention_encoding{rope}, [&] {
+            attn_model m;
+            m.rot_q = m.rot_k = rope_rot(D, false, inv, 1.0);
+            return m;
+        });
+    }
+    {
+        const posenc::rotary<posenc::interleaved> rope({.head_dim = D}, posenc::default_rope{.base = 100});
+        const auto inv = closed_form_inv_freq(100, D);
+        compared += check_encoding("rope interleaved", posenc::attention_encoding{rope}, [&] {
+            attn_model m;
+            m.rot_q = m.rot_k = rope_rot(D, true, inv, 1.0);
+            return m;
+        });
+    }
+    {  // YaRN: amplitude ≠ 1 on both q and k (its frequencies are tested elsewhere; here the chain rule)
+        const posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D},
+                                      posenc::yarn{.base = 100, .factor = 4, .original_max_position = 8}, 64);
+        const auto freq = rope.frequencies();
+        REQUIRE(freq.attention_factor != 1.0);
+        compared += check_encoding("yarn any_rotary", posenc::attention_encoding{rope}, [&] {
+            attn_model m;
+            m.rot_q = m.rot_k = rope_rot(D, false, freq.inv_freq, freq.attention_factor);
+            return m;
+        });
+    }
+    {  // xPos: queries scaled ζ^(n/512), keys ζ^(−m/512); offset positions so the scales differ from 1
+        const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, posenc::xpos{});
+        compared += check_encoding("xpos", posenc::attention_encoding{xp}, [&] {
+            attn_model m;
+            m.rot_q = xpos_half_split_rot(D, 1.0);
+            m.rot_k = xpos_half_split_rot(D, -1.0);
+            return m;
+        }, {}, {.offset = 300});
+    }
+    REQUIRE(compared > 5 * 4 * 300);
+}
+
+TEST_CASE("attention_backward equals finite differences: ALiBi, T5 (with its table's gradient), Shaw (with a^K, a^V)",
+          "[grad]") {
+    std::size_t compared = 0;
+    const std::size_t D = 8, Dv = 6, Hq = 2;
+    for (auto order : {posenc::bias_order::scale_then_add, posenc::bias_order::add_then_scale}) {
+        const posenc::alibi_bias b({.heads = Hq, .max_bias = 8, .form = posenc::alibi_form::symmetric, .order = order});
+        compared += check_encoding("alibi", posenc::attention_encoding{posenc::nope{}, b}, [&] {
+            attn_model m;
+            m.add_then_scale = order == posenc::bias_order::add_then_scale;
+            m.bias = [](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
+                return -alibi_closed_slope(h, Hq, 8.0) * std::abs(static_cast<double>(j - i));
+            };
+            return m;
+        });
+    }
+    {  // 8 buckets bidirectional, max_distance 6: exact and logarithmic buckets both occur
+        const posenc::t5_buckets buckets{.num_buckets = 8, .max_distance = 6, .bidirectional = true};
+        std::vector<float> table = random_floats(8 * Hq, 31, 1.0f);
+        const posenc::t5_bias b(buckets, Hq, table);
+        std::vector<param_check> params{{"bias_table", &table, std::vector<float>(table.size())}};
+        compared += check_encoding(
+            "t5", posenc::attention_encoding{posenc::nope{}, b, posenc::fixed_scale{0.5}},
+            [&] {
+                attn_model m;
+                m.scale = [](std::int64_t) { return 0.5; };
+                m.bias = [&table](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
+                    return static_cast<double>(table[static_cast<std::size_t>(t5_closed_bucket(j - i, true, 8, 6)) * Hq + h]);
+                };
+                return m;
+            },
+            {}, {}, {}, params);
+    }
+    {  // Shaw with RoPE on q and k (the a^K term sees the rotated query)
+        const std::int64_t kmax = 2;
+        std::vector<float> ak = random_floats(5 * D, 41, 0.5f), av = random_floats(5 * Dv, 42, 1.0f);
+        const posenc::shaw_rpr shaw({.max_distance = kmax}, ak, D, av, Dv);
+        const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{.base = 100});
+        const auto inv = closed_form_inv_freq(100, D);
+        std::vector<param_check> params{{"shaw_keys", &ak, std::vector<float>(ak.size())},
+                                        {"shaw_values", &av, std::vector<float>(av.size())}};
+        compared += check_encoding(
+            "shaw + rope", posenc::attention_encoding{rope, shaw},
+            [&] {
+                attn_model m = shaw_model(ak, D, av, Dv, kmax);
+                m.rot_q = m.rot_k = rope_rot(D, false, inv, 1.0);
+                return m;
+            },
+            {}, {}, {}, params);
+    }
+    REQUIRE(compared > 4 * 4 * 300);
+}
+
+TEST_CASE("attention_backward equals finite differences: softcap, sinks, sequence ids, GQA, keys_transformed", "[grad]") {
+    std::size_t compared = 0;
+    const std::size_t D = 8;
+    const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{.base = 100});
+    const auto inv = closed_form_inv_freq(100, D);
+    const auto rope_model = [&] {
+        attn_model m;
+        m.rot_q = m.rot_k = rope_rot(D, false, inv, 1.0);
+        return m;
+    };
+    {  // softcap 0.7: logits of a few units are capped hard, so 1 − tanh² matters
+        compared += check_encoding("softcap", posenc::attention_encoding{rope}, [&] {
+            attn_model m = rope_model();
+            m.softcap = 0.7;
+            return m;
+        }, {.softcap = 0.7f}, {.Tq = 7, .Tk = 9, .Hq = 2, .Hkv = 2, .D = D, .Dv = 6, .offset = 5},
+            [](attn_problem& p) { for (float& x : p.q) x *= 4.0f; });
+    }
+    {  // sinks, with their own gradient
+        std::vector<float> sinks = {0.5f, -1.0f};
+        std::vector<param_check> params{{"sinks", &sinks, std::vector<float>(2)}};
+        compared += check_encoding(
+            "sinks", posenc::attention_encoding{rope},
+            [&] {
+                attn_model m = rope_model();
+                m.sinks.assign(sinks.begin(), sinks.end());
+                return m;
+            },
+            {}, {}, {}, params, &sinks);
+    }
+    {  // two packed sequences, positions restarting at 0 in the second
+        compared += check_encoding("sequence ids", posenc::attention_encoding{rope}, rope_model, {},
+                                   {.Tq = 9, .Tk = 9, .Hq = 2, .Hkv = 2, .D = D, .Dv = 6, .offset = 0},
+                                   [](attn_problem& p) {
+                                       for (std::size_t t = 0; t < 9; ++t) {
+                                           const std::int32_t s = t < 4 ? 0 : 1;
+                                           p.qseq.push_back(s);
+                                           p.kseq.push_back(s);
+                                           p.qpos[t] = p.kpos[t] = s == 0 ? static_cast<std::int64_t>(t)
+                                                                          : static_cast<std::int64_t>(t - 4);
+                                       }
+                                   });
+    }
+    {  // GQA: 4 query heads on 2 kv heads (dK, dV sum both heads of a group)
+        compared += check_encoding("gqa", posenc::attention_encoding{rope}, rope_model, {},
+                                   {.Tq = 6, .Tk = 8, .Hq = 4, .Hkv = 2, .D = D, .Dv = 6, .offset = 3});
+    }
+    {  // keys_transformed: K is taken as already rotated, so dK is with respect to it (no key rotation)
+        compared += check_encoding("keys_transformed", posenc::attention_encoding{rope}, [&] {
+            attn_model m;
+            m.rot_q = rope_rot(D, false, inv, 1.0);
+            return m;
+        }, {.keys_transformed = true});
+    }
+    REQUIRE(compared > 5 * 4 * 250);
+}
+
+TEST_CASE("attention_backward: a query row that sees no key gets zero gradient", "[grad]") {
+    const posenc::t5_buckets buckets{.num_buckets = 8, .max_distance = 6, .bidirectional = true};
+    std::vector<float> table = random_floats(8 * 2, 51, 1.0f);
+    const posenc::t5_bias b(buckets, 2, table);
+    const posenc::attention_encoding enc{posenc::nope{}, b, posenc::fixed_scale{0.5}};
+    attn_problem p = make_attn_problem(5, 6, 2, 2, 4, 4, 52, 10);
+    p.qpos[0] = p.kpos[0] - 1;  // before every key: causal sees nothing
+    const std::vector<float> dout = random_floats(5 * 2 * 4, 53, 1.0f);
+    const grad_result g = run_backward(p, enc, posenc::causal_mask{}, {}, dout, {});
+    for (std::size_t i = 0; i < 2 * 4; ++i) CHECK(g.dq[i] == 0.0f);  // token 0's rows
+    std::vector<param_check> none;
+    const std::size_t compared = compare_with_differences(
+        "empty row", p,
+        [&] {
+            attn_model m;
+            m.scale = [](std::int64_t) { return 0.5; };
+            m.bias = [&table](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
+                return static_cast<double>(table[static_cast<std::size_t>(t5_closed_bucket(j - i, true, 8, 6)) * 2 + h]);
+            };
+            return m;
+        },
+        see_causal, dout, g, none);
+    CHECK(compared == p.q.size() + p.k.size() + p.v.size());
+}
+
+TEST_CASE("attention_backward over several tiles: finite differences on a sample, bit-identical for 1, 2, 3 threads",
+          "[grad]") {
+    // 150 tokens, G = 2: query tiles of 32 tokens and key tiles of 64 keys, so the masks' tile
+    // classification (none, partial, all) and the per-item sums run over many tiles.
+    const std::size_t D = 8;
+    const posenc::rotary<posenc::interleaved> rope({.head_dim = D}, posenc::default_rope{.base = 1000});
+    const auto inv = closed_form_inv_freq(1000, D);
+    const posenc::alibi_bias alibi({.heads = 4, .max_bias = 8});
+    const posenc::attention_encoding enc{rope, alibi};
+    attn_problem p = make_attn_problem(150, 150, 4, 2, D, 8, 61, 0);
+    const std::vector<float> dout = random_floats(150 * 4 * 8, 62, 1.0f);
+    const auto model_of = [&] {
+        attn_model m;
+        m.rot_q = m.rot_k = rope_rot(D, true, inv, 1.0);
+        m.bias = [](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
+            return alibi_closed_slope(h, 4, 8.0) * static_cast<double>(j - i);
+        };
+        return m;
+    };
+    std::vector<grad_result> by_threads;
+    for (unsigned threads : {1u, 2u, 3u}) {
+        posenc::attention_options o;
+        o.threads = threads;
+        o.min_fmas_per_thread = 0;
+        by_threads.push_back(run_backward(p, enc, posenc::sliding_window_mask{70}, o, dout, {}));
+    }
+    for (std::size_t i = 1; i < by_threads.size(); ++i) {
+        CHECK(same_bits(by_threads[i].dq, by_threads[0].dq));
+        CHECK(same_bits(by_threads[i].dk, by_threads[0].dk));
+        CHECK(same_bits(by_threads[i].dv, by_threads[0].dv));
+    }
+    const visible_fn window = [](std::int64_t i, std::int64_t j) { return j <= i && i - j < 70; };
+    std::vector<param_check> none;
+    const std::size_t compared = compare_with_differences("tiles", p, model_of, window, dout, by_threads[0], none, 37);
+    CHECK(compared > 200);
+}
+
+TEST_CASE("attention_backward: T5 and Shaw parameter gradients and sinks are bit-identical for 1, 2, 3 threads", "[grad]") {
+    const std::size_t D = 8, Dv = 8;
+    std::vector<float> ak = random_floats(9 * D, 71, 0.5f), av = random_floats(9 * Dv, 72, 1.0f);
+    const posenc::shaw_rpr shaw({.max_distance = 4}, ak, D, av, Dv);
+    const posenc::attention_encoding enc{posenc::nope{}, shaw};
+    const attn_problem p = make_attn_problem(140, 140, 2, 1, D, Dv, 73, 0);
+    const std::vector<float> dout = random_floats(140 * 2 * Dv, 74, 1.0f);
+    const std::vector<float> sinks = {0.25f, 1.0f};
+    std::vector<std::vector<float>> results;
+    for (unsigned threads : {1u, 2u, 3u}) {
+        std::vector<float> gk(ak.size(), 1.0f), gv(av.size(), 1.0f), gs(2, 1.0f);
+        posenc::attention_options o;
+        o.threads = threads;
+        o.min_fmas_per_thread = 0;
+        o.sinks = sinks;
+        const grad_result g = run_backward(p, enc, posenc::causal_mask{}, o, dout, {.shaw_keys = gk, .shaw_values = gv, .sinks = gs});
+        std::vector<float> all = g.dq;
+        for (const std::vector<float>* x : std::initializer_list<const std::vector<float>*>{&g.dk, &g.dv, &gk, &gv, &gs}) all.insert(all.end(), x->begin(), x->end());
+        results.push_back(all);
+    }
+    CHECK(same_bits(results[1], results[0]));
+    CHECK(same_bits(results[2], results[0]));
+}
+
+TEST_CASE("attention_backward with bf16 K and V equals the float call on the same values", "[grad]") {
+    const std::size_t D = 8;
+    const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+    const posenc::attention_encoding enc{rope};
+    attn_problem p = make_attn_problem(20, 30, 2, 1, D, D, 81, 0);
+    std::vector<posenc::bf16> kh, vh;
+    for (float& x : p.k) kh.emplace_back(x), x = static_cast<float>(kh.back());
+    for (float& x : p.v) vh.emplace_back(x), x = static_cast<float>(vh.back());
+    const std::vector<float> dout = random_floats(20 * 2 * D, 82, 1.0f);
+    const grad_result want = run_backward(p, enc, posenc::causal_mask{}, {}, dout, {});
+    std::vector<float> out(20 * 2 * D), lse(40), dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
+    const posenc::position_ids qpos(std::span<const std::int64_t>(p.qpos)), kpos(std::span<const std::int64_t>(p.kpos));
+    posenc::heads_view<const float> q(p.q.data(), {20, 2, D});
+    posenc::heads_view<const posenc::bf16> k(kh.data(), {30, 1, D}), v(vh.data(), {30, 1, D});
+    posenc::attention_partial(enc, q, k, v, posenc::heads_view<float>(out.data(), {20, 2, D}), lse, qpos, kpos,
+                              posenc::causal_mask{});
+    posenc::attention_backward(enc, q, k, v, posenc::heads_view<const float>(out.data(), {20, 2, D}), lse,
+                               posenc::heads_view<const float>(dout.data(), {20, 2, D}),
+                               posenc::heads_view<float>(dq.data(), {20, 2, D}), posenc::heads_view<float>(dk.data(), {30, 1, D}),
+                               posenc::heads_view<float>(dv.data(), {30, 1, D}), qpos, kpos, posenc::causal_mask{});
+    CHECK(same_bits(dq, want.dq));
+    CHECK(same_bits(dk, want.dk));
+    CHECK(same_bits(dv, want.dv));
+}
+
+TEST_CASE("attention_backward rejects bad input before writing anything", "[grad]") {
+    const std::size_t T = 4, H = 2, D = 4;
+    const posenc::t5_buckets buckets{.num_buckets = 8, .max_distance = 6, .bidirectional = true};
+    const posenc::t5_bias t5(buckets, H, random_floats(8 * H, 91, 1.0f));
+    const posenc::attention_encoding enc{posenc::nope{}, t5, posenc::fixed_scale{1.0}};
+    const std::vector<float> q = random_floats(T * H * D, 92), k = random_floats(T * H * D, 93), v = random_floats(T * H * D, 94),
+                             dout = random_floats(T * H * D, 95);
+    std::vector<float> out(T * H * D), lse(T * H);
+    const auto pos = posenc::position_ids::consecutive(0, T);
+    const posenc::heads_view<const float> qv(q.data(), {T, H, D}), kv(k.data(), {T, H, D}), vv(v.data(), {T, H, D});
+    posenc::attention_partial(enc, qv, kv, vv, posenc::heads_view<float>(out.data(), {T, H, D}), lse, pos, pos);
+    const posenc::heads_view<const float> ov(out.data(), {T, H, D}), dov(dout.data(), {T, H, D});
+    std::vector<float> dq(T * H * D, 7.0f), dk(T * H * D, 7.0f), dv(T * H * D, 7.0f), table(8 * H, 7.0f), sinks(H, 7.0f);
+    const posenc::heads_view<float> dqv(dq.data(), {T, H, D}), dkv(dk.data(), {T, H, D}), dvv(dv.data(), {T, H, D});
+    auto untouched = [&] {
+        for (const auto* x : {&dq, &dk, &dv, &table, &sinks})
+            for (float f : *x)
+                if (f != 7.0f) return false;
+        return true;
+    };
+    using Catch::Matchers::Contains;
+    const posenc::attention_param_grads tbl{.bias_table = table};
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, std::span<const float>(lse).first(3), dov, dqv, dkv,
+                                                 dvv, pos, pos, posenc::no_mask{}, {}, tbl),
+                      Contains("lse"));
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov,
+                                                 posenc::heads_view<float>(dq.data(), {T, H, D - 1}), dkv, dvv, pos, pos,
+                                                 posenc::no_mask{}, {}, tbl),
+                      Contains("dq shape"));
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, posenc::heads_view<const float>(dout.data(), {T - 1, H, D}),
+                                                 dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {}, tbl),
+                      Contains("dout shape"));
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dqv, dvv, pos, pos, posenc::no_mask{}, {}, tbl),
+                      Contains("overlaps dk"));
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {},
+                                                 {.bias_table = std::span<float>(table).first(5)}),
+                      Contains("param_grads.bias_table"));
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {},
+                                                 {.sinks = sinks}),
+                      Contains("param_grads.sinks"));
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos,
+                                                 posenc::position_ids::consecutive(0, T - 1), posenc::no_mask{}, {}, tbl),
+                      Contains("k.tokens"));
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos,
+                                                 posenc::sliding_window_mask{0}, {}, tbl),
+                      Contains("sliding_window"));
+    std::vector<float> bad_lse = lse;
+    bad_lse[2] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, bad_lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {}, tbl),
+                      Contains("lse[2]"));
+    const posenc::attention_encoding plain{posenc::nope{}};
+    CHECK_THROWS_WITH(posenc::attention_backward(plain, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {}, tbl),
+                      Contains("has no table"));
+    CHECK(untouched());
+    CHECK_NOTHROW(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {}, tbl));
+    CHECK_FALSE(untouched());  // the checks' inputs were valid apart from the one each broke
+}
+
+namespace grad_attention_test {
+/// A transform grad/transform.hpp has no backward for: RoPE behind a type of the test's own, so
+/// attention_backward takes its Jacobian from the forward.
+struct wrapped_rope {
+    posenc::rotary<posenc::half_split> rope;
+    void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
+        rope.apply(q, k, pos);
+    }
+};
+}  // namespace grad_attention_test
+
+TEST_CASE("attention_backward equals finite differences: a custom transform without a backward of its own", "[grad]") {
+    const std::size_t D = 8;
+    const grad_attention_test::wrapped_rope wrapped{posenc::rotary<posenc::half_split>({.head_dim = D}, posenc::default_rope{.base = 100})};
+    const auto inv = closed_form_inv_freq(100, D);
+    const std::size_t compared = check_encoding("custom transform", posenc::attention_encoding{wrapped}, [&] {
+        attn_model m;
+        m.rot_q = m.rot_k = rope_rot(D, false, inv, 1.0);
+        return m;
+    });
+    CHECK(compared > 4 * 300);
+}
