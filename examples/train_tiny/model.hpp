@@ -26,17 +26,13 @@
 #include <posenc/attention/partial.hpp>
 #include <posenc/bias/alibi.hpp>
 #include <posenc/bias/t5.hpp>
+#include <posenc/grad/attention.hpp>
 #include <posenc/grad/transform.hpp>
 #include <posenc/logit/nope.hpp>
 #include <posenc/rope/default.hpp>
 #include <posenc/rope/rotary.hpp>
 #include <posenc/xpos/xpos.hpp>
 
-#if __has_include(<posenc/grad/attention.hpp>)
-#include <posenc/grad/attention.hpp>
-#else
-#include "attention_backward_scaffold.hpp"  // temporary, until posenc's lands
-#endif
 #include "task.hpp"
 
 namespace train_tiny {

@@ -35,7 +35,7 @@ using namespace train_tiny;
 
 struct study_settings {
     bool quick = false;
-    std::size_t seeds = 3, steps = 1500, finetune_steps = 150, batch = 8, eval_sequences = 64;
+    std::size_t seeds = 3, steps = 6000, finetune_steps = 200, batch = 8, eval_sequences = 64;
     std::size_t train_length = 64;
     std::vector<std::size_t> multiples{1, 2, 4, 8, 16};
     std::string docs;
@@ -149,7 +149,7 @@ study_settings parse(int argc, char** argv) {
         if (a == "--quick") {
             s.quick = true;
             s.seeds = 1;
-            s.steps = 600;
+            s.steps = 4000;
             s.finetune_steps = 60;
             s.eval_sequences = 32;
             s.multiples = {1, 2, 4, 8};
