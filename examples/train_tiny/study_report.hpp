@@ -7,6 +7,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <fstream>
+#include <set>
+#include <stdexcept>
+#include <tuple>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -28,15 +32,43 @@ struct study_results {
     std::vector<std::size_t> lengths;
     std::vector<std::string> order;
     std::map<std::string, std::map<std::size_t, std::vector<evaluation>>> runs;
+    std::vector<std::tuple<std::string, std::size_t, std::size_t, evaluation>> rows;  ///< (variant, length, seed, e)
+    std::set<std::size_t> seeds;
 
-    void add(const std::string& variant, std::size_t length, const evaluation& e) {
+    void add(const std::string& variant, std::size_t length, const evaluation& e, std::size_t seed) {
         if (!runs.count(variant)) order.push_back(variant);
         runs[variant][length].push_back(e);
+        rows.emplace_back(variant, length, seed, e);
+        seeds.insert(seed);
     }
     [[nodiscard]] const std::vector<evaluation>& at(const std::string& variant, std::size_t length) const {
         return runs.at(variant).at(length);
     }
 };
+
+inline void write_raw(const std::string& file, const study_results& r) {
+    std::ofstream os(file);
+    os << "variant,length,seed,loss,correct,answers\n";
+    for (const auto& [variant, length, seed, e] : r.rows)
+        os << variant << "," << length << "," << seed << "," << e.loss << "," << e.correct << "," << e.answers << "\n";
+}
+
+inline void read_raw(const std::string& file, study_results& r) {
+    std::ifstream is(file);
+    if (!is) throw std::runtime_error("cannot read " + file);
+    std::string line;
+    std::getline(is, line);  // the header
+    while (std::getline(is, line)) {
+        std::vector<std::string> f;
+        std::stringstream ss(line);
+        for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+        if (f.size() != 6) throw std::runtime_error(file + ": bad line " + line);
+        const std::size_t length = std::stoul(f[1]);
+        if (std::find(r.lengths.begin(), r.lengths.end(), length) == r.lengths.end())
+            throw std::runtime_error(file + ": length " + f[1] + " is not one of this run's");
+        r.add(f[0], length, evaluation{std::stod(f[3]), std::stoul(f[4]), std::stoul(f[5])}, std::stoul(f[2]));
+    }
+}
 
 struct spread {
     double mean = 0, lo = 0, hi = 0;

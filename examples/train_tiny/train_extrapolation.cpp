@@ -4,8 +4,12 @@
 // schedules (PI, NTK-aware, Dynamic NTK, NTK-by-parts, YaRN with its attention factor, a log-length
 // logit temperature), and after a short fine-tune at 2L–4L (plain, and with PI at factor 4).
 //
-//   train_extrapolation [--quick] [--seeds N] [--steps N] [--docs DIR] [--min-accuracy A]
+//   train_extrapolation [--quick] [--seeds N] [--first-seed S] [--steps N] [--docs DIR] [--min-accuracy A]
+//                       [--raw FILE] [--merge FILE...]
 //
+// --raw FILE writes every evaluation (variant, length, seed, loss, correct, answers) as CSV; --merge
+// reads such files (e.g. one run per seed, run side by side) and writes the table and figure from all
+// of them without training.
 // --quick (CI): one seed, fewer steps and evaluation sequences. --docs DIR writes DIR/extrapolation-table.md
 // and DIR/figures/extrapolation-accuracy.svg. --min-accuracy A: exit status 1 unless every trained
 // encoding reaches accuracy A at the training length (the ctest's check).
@@ -41,6 +45,9 @@ struct study_settings {
     std::string docs;
     double min_accuracy = -1;
     float lr = 3e-3f;
+    std::size_t first_seed = 0;
+    std::string raw;
+    std::vector<std::string> merge;
     bool verbose = false;  ///< the training loss every 100 steps
     std::string only;  ///< train only this encoding (a quick look at one)
 };
@@ -157,6 +164,11 @@ study_settings parse(int argc, char** argv) {
         else if (a == "--steps") s.steps = std::stoul(next());
         else if (a == "--docs") s.docs = next();
         else if (a == "--verbose") s.verbose = true;
+        else if (a == "--first-seed") s.first_seed = std::stoul(next());
+        else if (a == "--raw") s.raw = next();
+        else if (a == "--merge") {
+            while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) s.merge.push_back(argv[++i]);
+        }
         else if (a == "--lr") s.lr = std::stof(next());
         else if (a == "--only") s.only = next();
         else if (a == "--min-accuracy") s.min_accuracy = std::stod(next());
@@ -182,18 +194,19 @@ int main(int argc, char** argv) try {
     std::size_t rope_steps = 0, params = 0;
     auto no_override = [](std::size_t) { return rope_inference{}; };
 
-    for (std::size_t seed = 0; seed < s.seeds; ++seed) {
+    for (const std::string& file : s.merge) read_raw(file, results);
+    for (std::size_t seed = s.first_seed; s.merge.empty() && seed < s.first_seed + s.seeds; ++seed) {
         for (const auto& enc : encodings(L)) {
             if (!s.only.empty() && enc.name != s.only) continue;
             model_config cfg = base_cfg;
             cfg.layers = enc.layers;
             model m(cfg, 100 + seed);
             params = m.parameter_count();
-            const bool timed = enc.name == "RoPE" && seed == 0;
+            const bool timed = enc.name == "RoPE" && seed == s.first_seed;
             train(m, s, s.steps, L, L, 7 + seed, s.lr, no_override, timed ? &rope_times : nullptr,
                   timed ? &rope_per_layer : nullptr);
             if (timed) rope_steps = s.steps;
-            for (std::size_t n : lengths) results.add(enc.name, n, evaluate(m, s, n, {}));
+            for (std::size_t n : lengths) results.add(enc.name, n, evaluate(m, s, n, {}), seed);
             std::printf("seed %zu %-10s acc@L %.3f acc@%zuL %.3f  (%.0f s)\n", seed, enc.name.c_str(),
                         results.at(enc.name, L).back().accuracy(), s.multiples.back(),
                         results.at(enc.name, lengths.back()).back().accuracy(),
@@ -201,7 +214,7 @@ int main(int argc, char** argv) try {
             std::fflush(stdout);
             if (enc.name != "RoPE") continue;
             for (const auto& [name, inference] : rope_variants(L, cfg.head_dim, cfg.rope_base))
-                for (std::size_t n : lengths) results.add(name, n, evaluate(m, s, n, inference(n)));
+                for (std::size_t n : lengths) results.add(name, n, evaluate(m, s, n, inference(n)), seed);
             // Short fine-tunes at 2L–4L from the trained RoPE model: plain, and with PI at factor 4.
             const posenc::rope_frequencies pi4 = posenc::linear{cfg.rope_base, 4.0}.frequencies(cfg.head_dim);
             auto with_pi4 = [&](std::size_t) { return rope_inference{pi4, 1.0}; };
@@ -211,16 +224,19 @@ int main(int argc, char** argv) try {
                                                     : std::function<rope_inference(std::size_t)>(with_pi4);
                 train(ft, s, s.finetune_steps, 2 * L, 4 * L, 900 + seed, 1e-3f, inference, nullptr, nullptr);
                 const std::string name = variant == 0 ? "RoPE + fine-tune 2L-4L" : "RoPE + PI(4) + fine-tune 2L-4L";
-                for (std::size_t n : lengths) results.add(name, n, evaluate(ft, s, n, inference(n)));
+                for (std::size_t n : lengths) results.add(name, n, evaluate(ft, s, n, inference(n)), seed);
             }
         }
     }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
+    if (!s.raw.empty()) write_raw(s.raw, results);
     std::ostringstream report;
-    report << "Training length L = " << L << ", " << s.seeds << " seed(s), " << s.steps << " steps of " << s.batch
+    report << "Training length L = " << L << ", " << results.seeds.size() << " seed(s), " << s.steps << " steps of " << s.batch
            << " sequences, " << s.eval_sequences << " evaluation sequences (" << s.eval_sequences * recall_task{}.pairs
-           << " answers) per length; " << params << " parameters; wall time " << static_cast<long>(wall) << " s.\n\n";
+           << " answers) per length; " << params << " parameters";
+    if (s.merge.empty()) report << "; wall time " << static_cast<long>(wall) << " s";
+    report << ".\n\n";
     write_table(report, results, L);
     write_step_times(report, rope_times, rope_per_layer, rope_steps);
     std::printf("\n%s", report.str().c_str());
