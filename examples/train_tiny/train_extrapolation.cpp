@@ -191,7 +191,7 @@ int main(int argc, char** argv) try {
     const auto wall_start = std::chrono::steady_clock::now();
     component_times rope_times;
     std::vector<component_times> rope_per_layer;
-    std::size_t rope_steps = 0, params = 0;
+    std::size_t rope_steps = 0, params = model(base_cfg, 0).parameter_count();  // (T5 adds its tables)
     auto no_override = [](std::size_t) { return rope_inference{}; };
 
     for (const std::string& file : s.merge) read_raw(file, results);
@@ -201,7 +201,6 @@ int main(int argc, char** argv) try {
             model_config cfg = base_cfg;
             cfg.layers = enc.layers;
             model m(cfg, 100 + seed);
-            params = m.parameter_count();
             const bool timed = enc.name == "RoPE" && seed == s.first_seed;
             train(m, s, s.steps, L, L, 7 + seed, s.lr, no_override, timed ? &rope_times : nullptr,
                   timed ? &rope_per_layer : nullptr);
