@@ -67,6 +67,7 @@ struct rope_inference {
 struct parameter {
     matrix w, grad, m, v;
     bool decay = true;  ///< AdamW's weight decay (not on norms' gains or the T5 table)
+    /// Normal(0, stddev) entries; stddev 0 means a norm's gain, all ones.
     void init(std::size_t rows, std::size_t cols, float stddev, std::mt19937_64& rng, bool decays = true) {
         std::normal_distribution<float> g(0.0f, stddev);
         w = matrix(rows, cols);
