@@ -1,4 +1,6 @@
 #pragma once
+// (Over 450 lines: the block recompute, the two passes and the checks they rely on are one algorithm
+// whose invariants — same scores as the forward, fixed summation order — are easiest to review together.)
 // posenc::attention_backward: the gradients of out = attention(enc, q, k, v, ...) (attention/attention.hpp)
 // with respect to Q, K, V (the un-transformed inputs as the forward took them) and, where the
 // encoding has parameters, the T5 table, Shaw's a^K and a^V tables and the sink logits.
@@ -38,6 +40,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -91,13 +94,13 @@ inline constexpr std::size_t grad_key_tile = simd::attn_key_tile;
 /// ([rows][grad_key_tile]), a transposed block for the key-side products, and the accumulators.
 struct grad_scratch {
     attn_floats q, dout, k, v, kt, p, ds, transposed, acc_k, acc_v, acc_q;
-    std::vector<float> delta, lse, scale, row_scale;
+    std::vector<float> delta, lse, scale, row_scale, m, l;
     explicit grad_scratch(const grad_shape& sh)
         : q(sh.rows_pad * sh.D), dout(sh.rows_pad * sh.Dv), k(grad_key_tile * sh.D), v(grad_key_tile * sh.Dv),
           kt(std::max(sh.D, sh.Dv) * grad_key_tile), p(sh.rows_pad * grad_key_tile), ds(sh.rows_pad * grad_key_tile),
           transposed(grad_key_tile * grad_key_tile), acc_k(grad_key_tile * sh.stride_d), acc_v(grad_key_tile * sh.stride_dv),
           acc_q(sh.rows_pad * sh.stride_d), delta(sh.rows_pad), lse(sh.rows_pad), scale(sh.tile_tokens),
-          row_scale(sh.rows_pad) {}
+          row_scale(sh.rows_pad), m(sh.rows_pad), l(sh.rows_pad) {}
 };
 
 struct grad_query_tile {
@@ -137,10 +140,8 @@ struct grad_call {
     /// The rows of query tile `tile` of kv head hk (row i·G + g is token t0 + i, head hk·G + g):
     /// transformed queries, dO, Δ = dO·O, lse, and the per-token scales.
     grad_query_tile load_queries(std::size_t hk, std::size_t tile, grad_scratch& w) const {
-        grad_query_tile t;
+        grad_query_tile t = query_bounds(tile);
         t.hk = hk;
-        t.t0 = tile * sh.tile_tokens;
-        t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
         t.R = t.nq * sh.G;
         const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv;
         t.rows_pad = (t.R + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
@@ -158,16 +159,9 @@ struct grad_call {
                 w.delta[r] = static_cast<float>(delta);
                 w.lse[r] = lse[(t.t0 + i) * sh.Hq + h];
             }
-        t.qs = slice_positions(qpos, t.t0, t.nq);
         transform_queries(enc.transform, heads_view<float>(w.q.data(), {t.nq, G, D}), t.qs);
         for (std::size_t i = 0; i < t.nq; ++i) w.scale[i] = static_cast<float>(enc.scale.scale(t.qs[i], D));
         for (std::size_t r = 0; r < t.rows_pad; ++r) w.row_scale[r] = r < t.R ? w.scale[r / G] : 0.0f;
-        std::tie(t.q_lo, t.q_hi) = t.qs.bounds();
-        if (seq()) {
-            const auto ids = opt.query_sequence.subspan(t.t0, t.nq);
-            t.seq_lo = *std::min_element(ids.begin(), ids.end());
-            t.seq_hi = *std::max_element(ids.begin(), ids.end());
-        }
         return t;
     }
 
@@ -178,12 +172,24 @@ struct grad_call {
         kt.nk = std::min(grad_key_tile, sh.Tk - kt.j0);
         kt.ks = slice_positions(kpos, kt.j0, kt.nk);
         std::tie(kt.k_lo, kt.k_hi) = kt.ks.bounds();
-        if (seq()) {
-            const auto ids = opt.key_sequence.subspan(kt.j0, kt.nk);
-            kt.seq_lo = *std::min_element(ids.begin(), ids.end());
-            kt.seq_hi = *std::max_element(ids.begin(), ids.end());
-        }
+        if (seq()) std::tie(kt.seq_lo, kt.seq_hi) = id_range(opt.key_sequence.subspan(kt.j0, kt.nk));
         return kt;
+    }
+
+    /// Query tile `tile`'s tokens, positions and the ranges the masks classify it by.
+    grad_query_tile query_bounds(std::size_t tile) const {
+        grad_query_tile t;
+        t.t0 = tile * sh.tile_tokens;
+        t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
+        t.qs = slice_positions(qpos, t.t0, t.nq);
+        std::tie(t.q_lo, t.q_hi) = t.qs.bounds();
+        if (seq()) std::tie(t.seq_lo, t.seq_hi) = id_range(opt.query_sequence.subspan(t.t0, t.nq));
+        return t;
+    }
+
+    static std::pair<std::int32_t, std::int32_t> id_range(std::span<const std::int32_t> ids) {
+        const auto [lo, hi] = std::minmax_element(ids.begin(), ids.end());
+        return {*lo, *hi};
     }
 
     /// K (widened, transformed unless keys_transformed) and V of a key tile into scratch.
@@ -221,43 +227,60 @@ struct grad_call {
         ker.qk({w.q.data(), t.rows_pad, D, w.k.data(), D, nk, w.kt.data(), w.p.data(),
                 add_then_scale() ? nullptr : w.row_scale.data(), dtype::f32});
         ker.qk({w.dout.data(), t.rows_pad, Dv, w.v.data(), Dv, nk, w.kt.data(), w.ds.data(), nullptr, dtype::f32});
-        for (std::size_t r = 0; r < t.R; ++r) {
+        for (std::size_t r = 0; r < t.R; ++r) {  // the logits as the forward forms them, −∞ where masked
             const std::size_t i = r / G, head = t.hk * G + r % G;
             const std::int64_t qp = t.qs[i];
+            float* srow = w.p.data() + r * BK;
+            add_bias_to_scores(enc.bias, head, qp, kt.ks, std::span<float>(srow, nk),
+                               std::span<const float>(w.q.data() + r * D, D));
+            if (add_then_scale()) {
+                const float sc = w.scale[i];
+                for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
+            }
+            if (vis == tile_visibility::partial) {
+                const std::int32_t qid = seq() ? opt.query_sequence[t.t0 + i] : 0;
+                for (std::size_t j = 0; j < nk; ++j)
+                    if (!mask.visible(qp, kt.ks[j]) || (seq() && opt.key_sequence[kt.j0 + j] != qid)) srow[j] = ninf;
+            }
+        }
+        if (cap == 0.0f) {  // P = exp(S − lse) by the forward's softmax step started from m = lse
+            std::copy_n(w.lse.begin(), t.R, w.m.begin());
+            std::fill_n(w.l.begin(), t.R, 0.0f);
+            ker.softmax({w.p.data(), t.R, nk, w.m.data(), w.l.data(), w.acc_q.data(), 0, 0, 0.0f});
+        }
+        for (std::size_t r = 0; r < t.R; ++r) {
+            const std::int64_t qp = t.qs[r / G];
             float* prow = w.p.data() + r * BK;
             float* dsrow = w.ds.data() + r * BK;  // dP on entry
-            const float l = w.lse[r], sc = w.scale[i], delta = w.delta[r];
+            const float l = w.lse[r], delta = w.delta[r];
             if (l == ninf) {  // a row that saw nothing (and no sink): no gradient
                 std::fill_n(prow, nk, 0.0f);
                 std::fill_n(dsrow, nk, 0.0f);
                 continue;
             }
-            add_bias_to_scores(enc.bias, head, qp, kt.ks, std::span<float>(prow, nk),
-                               std::span<const float>(w.q.data() + r * D, D));
-            const std::int32_t qid = seq() ? opt.query_sequence[t.t0 + i] : 0;
-            const float* dor = w.dout.data() + r * Dv;
-            for (std::size_t j = 0; j < nk; ++j) {
-                if (vis == tile_visibility::partial &&
-                    (!mask.visible(qp, kt.ks[j]) || (seq() && opt.key_sequence[kt.j0 + j] != qid))) {
+            if constexpr (is_shaw_bias<bias_type>) {
+                const float* dor = w.dout.data() + r * Dv;
+                for (std::size_t j = 0; j < nk; ++j) {
+                    const float* av = enc.bias.value_table().data() + enc.bias.row(qp, kt.ks[j]) * Dv;
+                    float dp = 0.0f;
+                    for (std::size_t d = 0; d < Dv; ++d) dp += dor[d] * av[d];
+                    dsrow[j] += dp;
+                }
+            }
+            if (cap == 0.0f) {
+                for (std::size_t j = 0; j < nk; ++j) dsrow[j] = prow[j] * (dsrow[j] - delta);
+                continue;
+            }
+            for (std::size_t j = 0; j < nk; ++j) {  // softcap: y = c·tanh(x/c), dy/dx = 1 − tanh²
+                if (prow[j] == ninf) {
                     prow[j] = 0.0f;
                     dsrow[j] = 0.0f;
                     continue;
                 }
-                float x = add_then_scale() ? prow[j] * sc : prow[j];
-                float chain = 1.0f;
-                if (cap > 0.0f) {
-                    const float th = std::tanh(x / cap);
-                    x = cap * th;
-                    chain = 1.0f - th * th;
-                }
-                const float p = std::exp(x - l);
-                float dp = dsrow[j];
-                if constexpr (is_shaw_bias<bias_type>) {
-                    const float* av = enc.bias.value_table().data() + enc.bias.row(qp, kt.ks[j]) * Dv;
-                    for (std::size_t d = 0; d < Dv; ++d) dp += dor[d] * av[d];
-                }
+                const float th = std::tanh(prow[j] / cap);
+                const float p = std::exp(cap * th - l);
                 prow[j] = p;
-                dsrow[j] = p * (dp - delta) * chain;
+                dsrow[j] = p * (dsrow[j] - delta) * (1.0f - th * th);
             }
         }
     }
@@ -286,16 +309,7 @@ struct grad_call {
         bool loaded = false;
         const std::size_t qtiles = (sh.Tq + sh.tile_tokens - 1) / sh.tile_tokens;
         for (std::size_t qt = 0; qt < qtiles; ++qt) {
-            const std::size_t t0 = qt * sh.tile_tokens, nq = std::min(sh.tile_tokens, sh.Tq - t0);
-            grad_query_tile bounds;  // classified from the positions before the queries are loaded
-            bounds.qs = slice_positions(qpos, t0, nq);
-            std::tie(bounds.q_lo, bounds.q_hi) = bounds.qs.bounds();
-            if (seq()) {
-                const auto ids = opt.query_sequence.subspan(t0, nq);
-                bounds.seq_lo = *std::min_element(ids.begin(), ids.end());
-                bounds.seq_hi = *std::max_element(ids.begin(), ids.end());
-            }
-            const tile_visibility vis = classify(bounds, kt);
+            const tile_visibility vis = classify(query_bounds(qt), kt);  // before the queries are loaded
             if (vis == tile_visibility::none) continue;
             if (!loaded) load_keys(hk, kt, w), loaded = true;
             const grad_query_tile t = load_queries(hk, qt, w);
