@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The include graph of include/posenc runs one way, lower rooms first:
 #   core (+ core/detail) → simd → rope (+ rope/detail) → absolute, bias, logit, xpos, analysis
-#   → attention → hf,  and posenc.hpp on top of all but hf (hf needs nlohmann-json).
+#   → attention → grad, hf;  and posenc.hpp on top of all but hf (hf needs nlohmann-json).
 # A room's detail/ folder belongs to that room. Fails, naming the file and the include, when a header
 # includes one from a room its own may not reach. Run from anywhere; $1 overrides the include root.
 set -euo pipefail
@@ -13,6 +13,7 @@ allowed() {  # the rooms a header of room $1 may include
     rope) echo "core simd rope" ;;
     absolute | bias | logit | xpos | analysis) echo "core simd rope $1" ;;
     attention) echo "core simd rope absolute bias logit xpos attention" ;;
+    grad) echo "core simd rope absolute bias logit xpos attention grad" ;;
     hf) echo "core simd rope absolute bias logit xpos attention hf" ;;
     posenc.hpp) echo "core simd rope absolute bias logit xpos analysis attention" ;;
     *) echo "" ;;

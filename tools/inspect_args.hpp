@@ -15,7 +15,7 @@
 
 namespace posenc_inspect {
 
-/// Work limits of the tool (README, "posenc-inspect"): what one invocation may print.
+/// Work limits of the tool (docs/hf-config.md, "posenc-inspect"): what one invocation may print.
 struct tool_limits {
     static constexpr std::int64_t alibi_heads = 65536;              ///< --alibi N
     static constexpr std::int64_t d_model = 65536;                  ///< --sinusoidal D

@@ -30,7 +30,7 @@
 // K per key tile vs pre-rotated once: rotating K once would need a copy of all of K (O(T) memory);
 // per tile, K is re-rotated once per query tile (Tq/tokens-per-tile times), which on-the-fly
 // cos/sin makes the dominant overhead for long RoPE prefill; a cos/sin table (table_transform below)
-// turns it into a table lookup. Measured numbers: README, "Attention".
+// turns it into a table lookup. Measured numbers: docs/performance.md.
 //
 // Threads (options.threads, on options.executor when given) split the work items round-robin, or the
 // items' key segments when there are fewer items than threads (decode); a call of under ~2M

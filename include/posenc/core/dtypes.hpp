@@ -98,7 +98,7 @@ struct fp16 {
 };
 
 static_assert(sizeof(bf16) == 2 && sizeof(fp16) == 2);
-static_assert(std::is_standard_layout_v<bf16> && std::is_standard_layout_v<fp16>);  // one uint16_t each (README)
+static_assert(std::is_standard_layout_v<bf16> && std::is_standard_layout_v<fp16>);  // one uint16_t each (docs/engine-integration.md)
 static_assert(std::is_trivial_v<bf16> && std::is_trivial_v<fp16>);
 
 /// The element types Q/K views may hold.

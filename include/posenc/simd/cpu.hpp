@@ -48,7 +48,7 @@ inline void read_cpuid(unsigned leaf, unsigned subleaf, unsigned (&r)[4]) noexce
 /// Whether the kernels software-prefetch bf16/fp16 sources (the next token's heads while this one is
 /// rotated), as they always do float ones: yes, unless the program is compiled with
 /// POSENC_PREFETCH_16BIT defined to 0. Results never depend on it; it measured faster on every CPU
-/// tried (docs/engine-performance.md).
+/// tried (docs/performance.md).
 [[nodiscard]] inline bool prefetch_16bit() noexcept {
 #ifdef POSENC_PREFETCH_16BIT
     return POSENC_PREFETCH_16BIT != 0;

@@ -82,7 +82,7 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
         // Fused norm, a block of heads at a time: every head's sum of squares and the block's scales
         // first (no head waits on its own reduction and square root), then the rotations, reading the
         // block again from L1 (in place too: a block's reads all precede its writes). 8 heads: the
-        // fastest block measured (docs/engine-performance.md).
+        // fastest block measured (docs/performance.md).
         constexpr std::size_t block = 8;
         for (std::size_t h0 = 0; h0 < v.heads; h0 += block) {
             view_args part = v;

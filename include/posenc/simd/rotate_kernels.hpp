@@ -224,7 +224,7 @@ struct rotate_kernels : lane_io<Arch> {
     /// may-alias vector types, after which the compiler reloads all of it, head after head, and for
     /// these loops that scalar work outgrew the vector arithmetic. The float and fp16 loops keep
     /// reading v and tr per head: the same locals measured slower for float and no faster for fp16
-    /// (docs/engine-performance.md).
+    /// (docs/performance.md).
     template <class Heads, class Body>
     [[gnu::always_inline]] static void for_each_head(const view_args& v, const Heads& src_of, bf16* y, const token_rows& tr,
                                                      const Body& body) noexcept {
