@@ -204,10 +204,10 @@ MUTANTS = [
      "merge: sinks left out of the denominator"),
     ("attention/kv_cache.hpp", "            if (fe.inv_freq[i] != fc.inv_freq[i])", "            if (false)",
      "attention over a cache with a query rotary of other frequencies accepted"),
-    ("attention/kernels.hpp", "            for (; i < a.dim; ++i) d[i].bits = narrow_bits<H>(s[i]);",
+    ("attention/kernels_convert.hpp", "            for (; i < a.dim; ++i) d[i].bits = narrow_bits<H>(s[i]);",
      "            for (; i < a.dim; ++i) d[i].bits = static_cast<std::uint16_t>(__builtin_bit_cast(std::uint32_t, s[i]) >> 16);",
      "16-bit cache: tail lanes truncated (and fp16 tails written as bf16)"),
-    ("attention/kernels.hpp", "        else\n            widen_rows<fp16>(a);", "        else\n            widen_rows<bf16>(a);",
+    ("attention/kernels_convert.hpp", "        else\n            widen_rows<fp16>(a);", "        else\n            widen_rows<bf16>(a);",
      "fp16 K/V read as bf16"),
     ("attention/shaw.hpp", "if (weights.size() != keys.size() || out.size() != dv_)", "if (false)",
      "Shaw's output term: mismatched spans truncated instead of rejected"),
@@ -235,7 +235,8 @@ GROUPS = {
 # posenc-inspect, built without it): a mutant there rebuilds just those, so it runs against the whole
 # suite at once.
 KERNEL_UNITS = ("simd/kernels.hpp", "simd/lane_io.hpp", "simd/cos_sin_rows.hpp", "simd/norm_kernels.hpp",
-                "simd/rotate_kernels.hpp", "simd/arch_ops.hpp", "attention/kernels.hpp")
+                "simd/rotate_kernels.hpp", "simd/arch_ops.hpp", "attention/kernels.hpp",
+                "attention/kernels_math.hpp", "attention/kernels_convert.hpp")
 
 
 def group_of(f):

@@ -190,6 +190,14 @@ void backward(const Transform& t, heads_view<T> dq, heads_view<T> dk, const posi
 
 }  // namespace detail::transform_grad
 
+/// True for the transforms transform_backward has a closed form for; the others are rejected there at
+/// compile time (grad/attention.hpp falls back to the transform's forward for them).
+template <class T>
+inline constexpr bool has_transform_backward =
+    std::is_same_v<T, any_rotary> || std::is_same_v<T, nope> || detail::transform_grad::is_rotary<T>::value ||
+    detail::transform_grad::is_table_transform<T>::value || detail::transform_grad::is_xpos<T>::value ||
+    detail::transform_grad::is_multi_axis<T>;
+
 /// dq ← J_T(pos)ᵀ·dq and dk ← J_T(pos)ᵀ·dk in place, Q and K at the same positions; either view may be
 /// empty. float storage.
 template <class Transform>

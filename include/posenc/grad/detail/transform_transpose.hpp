@@ -18,12 +18,6 @@
 
 namespace posenc::detail {
 
-/// The transforms grad/transform.hpp has a backward for (it rejects the others at compile time).
-template <class T>
-inline constexpr bool has_transform_backward = std::is_same_v<T, any_rotary> || grad::is_rotary<T>::value ||
-                                               grad::is_table_transform<T>::value || grad::is_xpos<T>::value ||
-                                               std::is_same_v<T, nope>;
-
 template <bool Keys, class Transform>
 void grad_transform_transpose(const Transform& t, const heads_view<float>& dx, const position_ids& pos) {
     if constexpr (is_identity_transform<Transform>) {
