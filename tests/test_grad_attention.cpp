@@ -24,6 +24,7 @@
 #include "posenc/grad/attention.hpp"
 #include "posenc/rope/any_rotary.hpp"
 #include "posenc/rope/default.hpp"
+#include "posenc/rope/mrope.hpp"
 #include "posenc/rope/rotary.hpp"
 #include "posenc/rope/yarn.hpp"
 #include "posenc/xpos/xpos.hpp"
@@ -519,6 +520,21 @@ TEST_CASE("attention_backward equals finite differences: a custom transform with
     const grad_attention_test::wrapped_rope wrapped{posenc::rotary<posenc::half_split>({.head_dim = D}, posenc::default_rope{.base = 100})};
     const auto inv = closed_form_inv_freq(100, D);
     const std::size_t compared = check_encoding("custom transform", posenc::attention_encoding{wrapped}, [&] {
+        attn_model m;
+        m.rot_q = m.rot_k = rope_rot(D, false, inv, 1.0);
+        return m;
+    });
+    CHECK(compared > 4 * 300);
+}
+
+TEST_CASE("attention_backward equals finite differences: M-RoPE on text positions (its own backward)", "[grad]") {
+    // With one position per token every axis rotates by the same position, so the closed form is RoPE's.
+    const std::size_t D = 8;
+    const posenc::mrope_rotary<posenc::half_split> mr({.head_dim = D}, posenc::default_rope{.base = 100},
+                                                      posenc::mrope{.section = {2, 1, 1}});
+    static_assert(posenc::has_transform_backward<posenc::mrope_rotary<posenc::half_split>>);
+    const auto inv = closed_form_inv_freq(100, D);
+    const std::size_t compared = check_encoding("mrope", posenc::attention_encoding{mr}, [&] {
         attn_model m;
         m.rot_q = m.rot_k = rope_rot(D, false, inv, 1.0);
         return m;
