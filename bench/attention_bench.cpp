@@ -177,7 +177,7 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
         kernel();
         benchmark::ClobberMemory();
         const auto t2 = clock::now();
-        if (!decode) peak_flops += posenc_bench::fma_peak_pass(fma_peak_iterations, threads);
+        if (!decode) peak_flops += posenc_bench::fma_peak_pass(fma_peak_iterations, threads, posenc_bench::attention_on_avx512());
         const auto t3 = clock::now();
         limit_seconds += std::chrono::duration<double>(t1 - t0).count();
         kernel_seconds += std::chrono::duration<double>(t2 - t1).count();

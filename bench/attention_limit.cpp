@@ -58,13 +58,28 @@ void copy_pass(const float* src, float* dst, std::size_t n, unsigned threads, bo
         posenc::detail::parallel_slices(threads, n, run);
 }
 
-double fma_peak_pass(std::size_t iterations, unsigned threads) {
+// In limit_avx2.cpp: one thread's 12 chains of 256-bit FMAs; returns their sum (kept live).
+float fma_chains_avx2(std::size_t iterations) noexcept;
+
+double fma_peak_pass(std::size_t iterations, unsigned threads, bool avx512) {
     float sums[64] = {};
     if (threads > 64) threads = 64;
     constexpr std::size_t chains = 12;  // ≥ FMA latency × FMA ports on current x86 cores
-#if defined(__AVX512F__)
-    constexpr std::size_t lanes = 16;
+#if defined(__AVX2__) && defined(__FMA__)
+    std::size_t lanes = 8;
+    auto run = [&](std::size_t slot) { sums[slot] = fma_chains_avx2(iterations); };
+#else
+    std::size_t lanes = 1;
     auto run = [&](std::size_t slot) {
+        float acc[chains];
+        for (std::size_t c = 0; c < chains; ++c) acc[c] = 1.0f + 0.01f * static_cast<float>(c);
+        for (std::size_t i = 0; i < iterations; ++i)
+            for (std::size_t c = 0; c < chains; ++c) acc[c] = acc[c] * 0.999999f + 1e-7f;
+        for (float x : acc) sums[slot] += x;
+    };
+#endif
+#if defined(__AVX512F__)
+    auto run512 = [&](std::size_t slot) {
         __m512 acc[chains];
         for (std::size_t c = 0; c < chains; ++c) acc[c] = _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(c));
         const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
@@ -74,34 +89,16 @@ double fma_peak_pass(std::size_t iterations, unsigned threads) {
         for (std::size_t c = 1; c < chains; ++c) t = _mm512_add_ps(t, acc[c]);
         sums[slot] = _mm512_reduce_add_ps(t);
     };
-#elif defined(__FMA__)
-    constexpr std::size_t lanes = 8;
-    auto run = [&](std::size_t slot) {
-        __m256 acc[chains];
-        for (std::size_t c = 0; c < chains; ++c) acc[c] = _mm256_set1_ps(1.0f + 0.01f * static_cast<float>(c));
-        const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
-        for (std::size_t i = 0; i < iterations; ++i)
-            for (std::size_t c = 0; c < chains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], m, a);
-        alignas(32) float lane[8];
-        __m256 t = acc[0];
-        for (std::size_t c = 1; c < chains; ++c) t = _mm256_add_ps(t, acc[c]);
-        _mm256_store_ps(lane, t);
-        for (float x : lane) sums[slot] += x;
-    };
+    if (avx512) lanes = 16;
+    auto one = [&](std::size_t slot) { avx512 ? run512(slot) : run(slot); };
 #else
-    constexpr std::size_t lanes = 1;
-    auto run = [&](std::size_t slot) {
-        float acc[chains];
-        for (std::size_t c = 0; c < chains; ++c) acc[c] = 1.0f + 0.01f * static_cast<float>(c);
-        for (std::size_t i = 0; i < iterations; ++i)
-            for (std::size_t c = 0; c < chains; ++c) acc[c] = acc[c] * 0.999999f + 1e-7f;
-        for (float x : acc) sums[slot] += x;
-    };
+    (void)avx512;
+    auto one = run;
 #endif
     if (threads <= 1)
-        run(0);
+        one(0);
     else
-        posenc::detail::parallel_slices(threads, threads, [&](std::size_t b, std::size_t) { run(b); });
+        posenc::detail::parallel_slices(threads, threads, [&](std::size_t b, std::size_t) { one(b); });
     volatile float sink = 0;
     for (float x : sums) sink = sink + x;
     return 2.0 * static_cast<double>(lanes * chains * iterations * threads);

@@ -12,10 +12,11 @@ namespace posenc_bench {
 double gemm_pass(const float* q, const float* k, const float* v, std::size_t T, std::size_t D, std::size_t Dv,
                  unsigned threads);
 
-/// The core's FMA peak, measured: on each of `threads` threads, `iterations` rounds of 12 independent
-/// FMA chains on the widest vectors this build targets (-march=native: the width the kernels'
-/// dispatch picks on the machine it runs on). Returns the FLOPs done (2 per lane per FMA).
-double fma_peak_pass(std::size_t iterations, unsigned threads);
+/// The core's FMA peak at the width the attention kernels were dispatched to: on each of `threads`
+/// threads, `iterations` rounds of 12 independent FMA chains on 512-bit vectors when `avx512` (and this
+/// -march=native unit has them), else on 256-bit ones (limit_avx2.cpp; POSENC_SIMD_MAX_ARCH=avx2 on an
+/// AVX-512 CPU). Returns the FLOPs done (2 per lane per FMA).
+double fma_peak_pass(std::size_t iterations, unsigned threads, bool avx512);
 
 /// A read pass over n floats (vectorized sum), split over `threads` threads; returns the sum.
 float read_pass(const float* x, std::size_t n, unsigned threads);

@@ -20,6 +20,7 @@
 #include <posenc/grad/attention.hpp>
 
 #include "attention_limit.hpp"
+#include "harness.hpp"
 
 namespace {
 
@@ -58,7 +59,7 @@ void attention_backward_s5(benchmark::State& state, unsigned threads) {
                                    pos, pos, posenc::causal_mask{}, opt);
         benchmark::ClobberMemory();
         const auto t1 = clock::now();
-        peak_flops += posenc_bench::fma_peak_pass(grad_fma_peak_iterations, threads);
+        peak_flops += posenc_bench::fma_peak_pass(grad_fma_peak_iterations, threads, posenc_bench::attention_on_avx512());
         const auto t2 = clock::now();
         kernel_seconds += std::chrono::duration<double>(t1 - t0).count();
         peak_seconds += std::chrono::duration<double>(t2 - t1).count();

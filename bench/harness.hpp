@@ -4,6 +4,7 @@
 // declared here and called by main (posenc_bench.cpp) in one fixed order.
 #pragma once
 
+#include <posenc/attention/dispatch.hpp>
 #include <posenc/posenc.hpp>
 
 #include <benchmark/benchmark.h>
@@ -42,6 +43,10 @@ struct buffers {
     }
     [[nodiscard]] double bytes_moved() const { return 2.0 * static_cast<double>((q.size() + k.size()) * sizeof(float)); }
 };
+
+/// Whether the attention kernels were dispatched to AVX-512: the FMA peak they are compared with
+/// (fma_peak_pass) is then that width's, else AVX2's.
+inline bool attention_on_avx512() { return std::string(posenc::simd::attention_kernels().arch) == "avx512bw"; }
 
 /// S1's Q and K, refilled for every benchmark run: what one benchmark leaves in them (see
 /// representative_data) must not decide what the next one measures.

@@ -97,4 +97,20 @@ void copy_avx2(const float* src, float* dst, std::size_t n, bool prefetch) noexc
     for (; i < n; ++i) dst[i] = src[i];
 }
 
+float fma_chains_avx2(std::size_t iterations) noexcept {
+    constexpr std::size_t chains = 12;  // as attention_limit.cpp's fma_peak_pass
+    __m256 acc[chains];
+    for (std::size_t c = 0; c < chains; ++c) acc[c] = _mm256_set1_ps(1.0f + 0.01f * static_cast<float>(c));
+    const __m256 m = _mm256_set1_ps(0.999999f), a = _mm256_set1_ps(1e-7f);
+    for (std::size_t i = 0; i < iterations; ++i)
+        for (std::size_t c = 0; c < chains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], m, a);
+    __m256 t = acc[0];
+    for (std::size_t c = 1; c < chains; ++c) t = _mm256_add_ps(t, acc[c]);
+    alignas(32) float lane[8];
+    _mm256_store_ps(lane, t);
+    float sum = 0;
+    for (float x : lane) sum += x;
+    return sum;
+}
+
 }  // namespace posenc_bench

@@ -40,10 +40,10 @@ template <class Arch>
     return k;
 }
 
-/// The widest architecture this CPU runs (of dispatch_archs), resolved once.
+/// The widest architecture this CPU runs (of dispatch_archs, at most POSENC_SIMD_MAX_ARCH), resolved once.
 [[nodiscard]] inline attn_kernels attention_kernels() noexcept {
     static const attn_kernels best =
-        xsimd::dispatch<dispatch_archs>([](auto arch) { return attention_kernels_for<decltype(arch)>(); })();
+        dispatch_capped<dispatch_archs>([](auto arch) { return attention_kernels_for<decltype(arch)>(); });
     return best;
 }
 

@@ -13,6 +13,9 @@
 // POSENC_SIMD_DISPATCH=1 for every translation unit of the program.
 
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include "posenc/simd/archs.hpp"
 #include "posenc/simd/cpu.hpp"
@@ -47,6 +50,53 @@ using dispatch_archs = arch_list_after_first<void POSENC_SIMD_ARCHS(POSENC_SIMD_
 POSENC_SIMD_ARCHS(POSENC_SIMD_DECLARE)
 #undef POSENC_SIMD_DECLARE
 
+/// The version of the widest architecture dispatch may pick: the CPU's best, or lower when
+/// `ceiling_name` (the environment variable POSENC_SIMD_MAX_ARCH) names an entry of
+/// POSENC_SIMD_ARCHS (avx512bw, avx2, sse4_2, sse2) — to time or test the narrower kernels on a wide
+/// CPU, as oneDNN's ONEDNN_MAX_CPU_ISA does. Any other value leaves the CPU's best.
+[[nodiscard]] inline unsigned dispatch_ceiling_for(const char* ceiling_name, unsigned cpu_best) noexcept {
+    if (ceiling_name == nullptr) return cpu_best;
+    const std::string_view wanted(ceiling_name);
+#define POSENC_SIMD_CEILING_OF(name, ARCH, flags) \
+    if (wanted == #name) return ARCH::version() < cpu_best ? ARCH::version() : cpu_best;
+    POSENC_SIMD_ARCHS(POSENC_SIMD_CEILING_OF)
+#undef POSENC_SIMD_CEILING_OF
+    return cpu_best;
+}
+
+/// dispatch_ceiling_for this process's environment and CPU, read once; a value that names no
+/// architecture is reported on stderr (the process asked for something it does not get).
+[[nodiscard]] inline unsigned dispatch_ceiling() noexcept {
+    static const unsigned ceiling = [] {
+        const char* name = std::getenv("POSENC_SIMD_MAX_ARCH");
+        const unsigned best = xsimd::available_architectures().best;
+        if (name != nullptr && *name != '\0' && dispatch_ceiling_for(name, ~0u) == ~0u) {
+#define POSENC_SIMD_NAME_OF(name, ARCH, flags) " " #name
+            std::fprintf(stderr, "posenc: POSENC_SIMD_MAX_ARCH=%s is none of" POSENC_SIMD_ARCHS(POSENC_SIMD_NAME_OF) "; ignored\n",
+                         name);
+#undef POSENC_SIMD_NAME_OF
+        }
+        return dispatch_ceiling_for(name, best);
+    }();
+    return ceiling;
+}
+
+/// f(Arch{}, args...) for the first Arch of the list (best first) at or below dispatch_ceiling():
+/// xsimd::dispatch's rule with the ceiling applied.
+template <class F, class Arch, class... Rest, class... Args>
+decltype(auto) dispatch_capped_walk(xsimd::arch_list<Arch, Rest...>, F& f, Args&... args) noexcept {
+    if constexpr (sizeof...(Rest) == 0) {
+        return f(Arch{}, args...);
+    } else {
+        if (Arch::version() <= dispatch_ceiling()) return f(Arch{}, args...);
+        return dispatch_capped_walk(xsimd::arch_list<Rest...>{}, f, args...);
+    }
+}
+template <class ArchList, class F, class... Args>
+decltype(auto) dispatch_capped(F f, Args&... args) noexcept {
+    return dispatch_capped_walk(ArchList{}, f, args...);
+}
+
 /// For fp16 on a CPU that has AVX2 but not F16C: the entries of POSENC_SIMD_ARCHS compiled without -mf16c.
 using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
 
@@ -61,13 +111,19 @@ using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
 /// size, and one width keeps a token's bits independent of the call's size.
 inline void rotate(const rotate_args& args) noexcept {
     if (uses_fp16(args) && !cpu_has_f16c())
-        xsimd::dispatch<no_f16c_archs>(rotate_functor{})(args);
+        dispatch_capped<no_f16c_archs>(rotate_functor{}, args);
     else
-        xsimd::dispatch<dispatch_archs>(rotate_functor{})(args);
+        dispatch_capped<dispatch_archs>(rotate_functor{}, args);
 }
-inline void build_table(const table_args& args) noexcept { xsimd::dispatch<dispatch_archs>(table_functor{})(args); }
+inline void build_table(const table_args& args) noexcept { dispatch_capped<dispatch_archs>(table_functor{}, args); }
 #else
 using dispatch_archs = xsimd::arch_list<xsimd::default_arch>;
+
+/// Without run-time dispatch there is one architecture, the including unit's.
+template <class ArchList, class F, class... Args>
+decltype(auto) dispatch_capped(F f, Args&... args) noexcept {
+    return f(xsimd::default_arch{}, args...);
+}
 
 inline void rotate(const rotate_args& args) noexcept { rotate_functor{}(xsimd::default_arch{}, args); }
 inline void build_table(const table_args& args) noexcept { table_functor{}(xsimd::default_arch{}, args); }
@@ -87,7 +143,7 @@ inline void build_table(const table_args& args) noexcept { table_functor{}(xsimd
 
 /// Name of the architecture the dispatcher picks on this CPU (for benchmark reports).
 inline const char* active_arch_name() noexcept {
-    return xsimd::dispatch<dispatch_archs>([](auto arch) { return decltype(arch)::name(); })();
+    return dispatch_capped<dispatch_archs>([](auto arch) { return decltype(arch)::name(); });
 }
 
 }  // namespace posenc::simd
