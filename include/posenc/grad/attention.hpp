@@ -25,8 +25,9 @@
 // Then the transform's transpose Jacobian takes dT(Q), dT(K) back to dQ, dK at their positions
 // (keys_transformed: dK stays with respect to the transformed keys the call was given).
 //
-// Extra memory per thread is O(tile), plus a kv head's dQ in the one-sweep case (at most dq's size in
-// all); parameter gradients add one table-sized buffer per pass-2 item (only for the tables asked for). dq, dk, dv are overwritten; parameter gradients are added to.
+// Extra memory per thread is O(tile), plus a kv head's transformed Q, dO and dQ in the one-sweep case
+// (about the size of q, dout and dq in all); parameter gradients add one table-sized buffer per pass-2
+// item (only for the tables asked for). dq, dk, dv are overwritten; parameter gradients are added to.
 // Every check runs before anything is written: the forward's (shapes, positions, mask, sinks, sequence
 // ids, bias, scale, transform) and dout/dq/dk/dv shapes, lse's size and values, overlaps, and the
 // parameter-gradient spans' sizes.

@@ -316,7 +316,7 @@ struct grad_call {
     /// the head's query tiles loaded once, then key tiles in order, each over the query tiles in order,
     /// each query tile's dQ accumulated in w.head_dq. Every sum runs in the passes' order with the same
     /// steps, so the results are the passes' bits; the caller uses it when there are no more threads
-    /// than kv heads (the head's rows and dQ then total at most the size of q, dout and dq).
+    /// than kv heads (the head's rows and dQ then total about the size of q, dout and dq).
     /// `tables`: every pass-2 item's share, as there.
     void head_item(std::size_t hk, grad_scratch& w, const heads_view<float>& dq, const heads_view<float>& dk,
                    const heads_view<float>& dv, const attention_param_grads& pg, std::span<float> tables) const {
