@@ -5,7 +5,8 @@
 //
 // FLOP/s counts the backward's useful work, 10·Hq·D per visible (query, key) pair with Dv = D: the
 // score recompute s·QKᵀ (2D), dP = dO·Vᵀ (2D), dV += Pᵀ·dO (2D), dK += dSᵀ·Q (2D), dQ += dS·K (2D),
-// i.e. 2.5× the forward's 4D (the implementation recomputes QKᵀ and dP once more for dQ: not counted).
+// i.e. 2.5× the forward's 4D (with more threads than kv heads the two passes recompute QKᵀ and dP once
+// more for dQ: not counted).
 // fma_fraction = that FLOP/s over the core's FMA peak (fma_peak_pass), timed alternately in the same run.
 #include <benchmark/benchmark.h>
 

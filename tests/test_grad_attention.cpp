@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "posenc/attention/dispatch.hpp"
 #include "posenc/attention/partial.hpp"
 #include "posenc/bias/alibi.hpp"
 #include "posenc/bias/t5.hpp"
@@ -363,7 +364,8 @@ TEST_CASE("attention_backward: a query row that sees no key gets zero gradient",
 TEST_CASE("attention_backward over several tiles: finite differences on a sample, bit-identical for 1, 2, 3 threads",
           "[grad]") {
     // 150 tokens, G = 2: query tiles of 32 tokens and key tiles of 64 keys, so the masks' tile
-    // classification (none, partial, all) and the per-item sums run over many tiles.
+    // classification (none, partial, all) and the per-item sums run over many tiles. With 2 kv heads,
+    // 1 and 2 threads run one sweep per kv head and 3 threads the two passes: the same bits either way.
     const std::size_t D = 8;
     const posenc::rotary<posenc::interleaved> rope({.head_dim = D}, posenc::default_rope{.base = 1000});
     const auto inv = closed_form_inv_freq(1000, D);
@@ -402,6 +404,7 @@ TEST_CASE("attention_backward: T5 and Shaw parameter gradients and sinks are bit
     std::vector<float> ak = random_floats(9 * D, 71, 0.5f), av = random_floats(9 * Dv, 72, 1.0f);
     const posenc::shaw_rpr shaw({.max_distance = 4}, ak, D, av, Dv);
     const posenc::attention_encoding enc{posenc::nope{}, shaw};
+    // One kv head: 1 thread runs the single sweep, 2 and 3 threads the two passes.
     const attn_problem p = make_attn_problem(140, 140, 2, 1, D, Dv, 73, 0);
     const std::vector<float> dout = random_floats(140 * 2 * Dv, 74, 1.0f);
     const std::vector<float> sinks = {0.25f, 1.0f};
@@ -540,4 +543,71 @@ TEST_CASE("attention_backward equals finite differences: M-RoPE on text position
         return m;
     });
     CHECK(compared > 4 * 300);
+}
+
+namespace grad_attention_steps_test {
+
+/// The backward's two SIMD steps on one architecture, against sums in double written here:
+/// dS = P·(dP − Δ)·f (with and without the row factor) and acc += Pᵀ·V read from a [query][key] block.
+/// Returns the number of values compared.
+template <class Arch>
+std::size_t check_backward_steps_on(std::size_t& archs) {
+    if (!posenc::simd::compat::cpu_supports<Arch>()) return 0;
+    ++archs;
+    constexpr std::size_t BK = posenc::simd::attn_key_tile;
+    const auto ker = posenc::simd::attention_kernels_for<Arch>();
+    std::size_t compared = 0;
+
+    // grad_ds over 5 rows: every one of the 64 columns, Δ and the factor per row.
+    const std::size_t rows = 5;
+    const std::vector<float> p0 = random_floats(rows * BK, 91, 0.3f), dp0 = random_floats(rows * BK, 92, 1.0f);
+    const std::vector<float> delta = random_floats(rows, 93, 0.5f), factor = random_floats(rows, 94, 0.4f);
+    posenc::detail::attn_floats p(p0.begin(), p0.end());
+    for (const bool with_factor : {false, true}) {
+        posenc::detail::attn_floats ds(dp0.begin(), dp0.end());
+        ker.grad_ds({p.data(), ds.data(), rows, delta.data(), with_factor ? factor.data() : nullptr});
+        for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t j = 0; j < BK; ++j) {
+                const std::size_t at = r * BK + j;
+                const double want = static_cast<double>(p0[at]) * (static_cast<double>(dp0[at]) - delta[r]) *
+                                    (with_factor ? static_cast<double>(factor[r]) : 1.0);
+                CHECK(std::abs(ds[at] - want) <= 4e-7 * std::abs(want) + 1e-30);
+                ++compared;
+            }
+    }
+
+    // The pv step reading the block transposed: 29 keys (the output rows) × 37 query rows, 19 value lanes
+    // (a tail past the vectors), the accumulator's own values kept.
+    const std::size_t keys = 29, queries = 37, dv = 19, stride = 32;
+    const std::vector<float> block = random_floats(queries * BK, 95, 0.5f), vals = random_floats(queries * dv, 96, 1.0f);
+    const std::vector<float> acc0 = random_floats(keys * stride, 97, 1.0f);
+    posenc::detail::attn_floats pb(block.begin(), block.end()), acc(acc0.begin(), acc0.end());
+    ker.pv({pb.data(), keys, queries, vals.data(), dv, dv, acc.data(), stride, posenc::dtype::f32, true});
+    for (std::size_t j = 0; j < keys; ++j)
+        for (std::size_t c = 0; c < dv; ++c) {
+            double want = acc0[j * stride + c], size = std::abs(want);
+            for (std::size_t r = 0; r < queries; ++r) {
+                const double term = static_cast<double>(block[r * BK + j]) * vals[r * dv + c];
+                want += term;
+                size += std::abs(term);
+            }
+            CHECK(std::abs(acc[j * stride + c] - want) <= 1e-5 * size);
+            ++compared;
+        }
+    return compared;
+}
+
+template <class... Archs>
+std::size_t check_backward_steps(xsimd::arch_list<Archs...>, std::size_t& compared) {
+    std::size_t archs = 0;
+    ((compared += check_backward_steps_on<Archs>(archs)), ...);
+    return archs;
+}
+
+}  // namespace grad_attention_steps_test
+
+TEST_CASE("attention_backward's SIMD steps on every architecture: dS and the transposed pv against double sums", "[grad]") {
+    std::size_t compared = 0;
+    REQUIRE(grad_attention_steps_test::check_backward_steps(posenc::simd::dispatch_archs{}, compared) >= 1);
+    CHECK(compared > 2 * 5 * 64);
 }

@@ -209,6 +209,10 @@ MUTANTS = [
      "16-bit cache: tail lanes truncated (and fp16 tails written as bf16)"),
     ("attention/kernels_convert.hpp", "        else\n            widen_rows<fp16>(a);", "        else\n            widen_rows<bf16>(a);",
      "fp16 K/V read as bf16"),
+    ("attention/kernels_convert.hpp", "const batch f(a.factor[r]);", "const batch f(1.0f);",
+     "backward: dS's row factor (the logit scale) dropped"),
+    ("attention/kernels.hpp", "return Tr ? a.p[j * BK + r] : a.p[r * BK + j];", "return a.p[r * BK + j];",
+     "backward: the key-side pv step reads the block untransposed"),
     ("attention/shaw.hpp", "if (weights.size() != keys.size() || out.size() != dv_)", "if (false)",
      "Shaw's output term: mismatched spans truncated instead of rejected"),
     # the views of a call

@@ -21,7 +21,8 @@ namespace posenc::simd {
     extern template void attn_pv_functor::operator()<ARCH>(ARCH, const attn_pv_args&) const noexcept;           \
     extern template void attn_widen_functor::operator()<ARCH>(ARCH, const attn_widen_args&) const noexcept;     \
     extern template void attn_narrow_functor::operator()<ARCH>(ARCH, const attn_narrow_args&) const noexcept;   \
-    extern template void attn_add_terms_functor::operator()<ARCH>(ARCH, const attn_add_terms_args&) const noexcept;
+    extern template void attn_add_terms_functor::operator()<ARCH>(ARCH, const attn_add_terms_args&) const noexcept; \
+    extern template void attn_grad_ds_functor::operator()<ARCH>(ARCH, const attn_grad_ds_args&) const noexcept;
 POSENC_SIMD_ARCHS(POSENC_ATTN_DECLARE)  // simd/archs.hpp, via simd/dispatch.hpp
 #undef POSENC_ATTN_DECLARE
 #endif
@@ -36,6 +37,7 @@ template <class Arch>
     k.widen = [](const attn_widen_args& a) noexcept { attn_widen_functor{}(Arch{}, a); };
     k.narrow = [](const attn_narrow_args& a) noexcept { attn_narrow_functor{}(Arch{}, a); };
     k.add_terms = [](const attn_add_terms_args& a) noexcept { attn_add_terms_functor{}(Arch{}, a); };
+    k.grad_ds = [](const attn_grad_ds_args& a) noexcept { attn_grad_ds_functor{}(Arch{}, a); };
     k.arch = Arch::name();
     return k;
 }

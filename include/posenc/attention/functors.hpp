@@ -55,7 +55,8 @@ struct attn_softmax_args {
 /// acc[r][0, dv) += Σ_{j < keys} p[r][j]·v_j, v_j at v + j·v_stride elements of v_type (16-bit
 /// values widened exactly as they are loaded). acc is 64-byte aligned and acc_stride a multiple of
 /// 16 floats ≥ dv: the lanes [dv, acc_stride) are scratch (the last vector of a row is read and
-/// written whole).
+/// written whole). p[r][j] is p[r·attn_key_tile + j], or with p_transposed p[j·attn_key_tile + r]
+/// (rows ≤ attn_key_tile, v_type f32: the backward's Pᵀ·dO and dSᵀ·Q over a block, without a transposed copy).
 struct attn_pv_args {
     const float* p = nullptr;
     std::size_t rows = 0;
@@ -66,6 +67,7 @@ struct attn_pv_args {
     float* acc = nullptr;
     std::size_t acc_stride = 0;
     dtype v_type = dtype::f32;
+    bool p_transposed = false;
 };
 
 /// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps);
@@ -100,6 +102,17 @@ struct attn_add_terms_args {
     std::size_t n = 0;
 };
 
+/// The backward's gradient of the logits, for r < rows and every j < attn_key_tile:
+/// ds[r][j] = p[r][j]·(ds[r][j] − delta[r]), times factor[r] when factor is set (ds holds dP on entry;
+/// both blocks [rows][attn_key_tile], 64-byte aligned).
+struct attn_grad_ds_args {
+    const float* p = nullptr;
+    float* ds = nullptr;
+    std::size_t rows = 0;
+    const float* delta = nullptr;
+    const float* factor = nullptr;
+};
+
 struct attn_qk_functor {
     template <class Arch>
     void operator()(Arch, const attn_qk_args& a) const noexcept;
@@ -124,6 +137,10 @@ struct attn_add_terms_functor {
     template <class Arch>
     void operator()(Arch, const attn_add_terms_args& a) const noexcept;
 };
+struct attn_grad_ds_functor {
+    template <class Arch>
+    void operator()(Arch, const attn_grad_ds_args& a) const noexcept;
+};
 
 /// The steps for one architecture, resolved once per attention call.
 struct attn_kernels {
@@ -133,6 +150,7 @@ struct attn_kernels {
     void (*widen)(const attn_widen_args&) noexcept = nullptr;
     void (*narrow)(const attn_narrow_args&) noexcept = nullptr;
     void (*add_terms)(const attn_add_terms_args&) noexcept = nullptr;
+    void (*grad_ds)(const attn_grad_ds_args&) noexcept = nullptr;
     const char* arch = "";
 };
 

@@ -15,4 +15,5 @@ template void attn_pv_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, co
 template void attn_widen_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, const attn_widen_args&) const noexcept;
 template void attn_narrow_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, const attn_narrow_args&) const noexcept;
 template void attn_add_terms_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, const attn_add_terms_args&) const noexcept;
+template void attn_grad_ds_functor::operator()<POSENC_SIMD_ARCH>(POSENC_SIMD_ARCH, const attn_grad_ds_args&) const noexcept;
 }  // namespace posenc::simd

@@ -363,7 +363,11 @@ struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Ar
         }
     }
 
-    template <class E, std::size_t R, std::size_t C>
+    /// p[r][j] of a pv step (attn_pv_args: row-major, or transposed for the backward's key side).
+    template <bool Tr>
+    static float p_at(const attn_pv_args& a, std::size_t r, std::size_t j) noexcept { return Tr ? a.p[j * BK + r] : a.p[r * BK + j]; }
+
+    template <class E, std::size_t R, std::size_t C, bool Tr>
     static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
         const E* v = static_cast<const E*>(a.v);
         batch acc[R][C];
@@ -375,7 +379,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Ar
             batch vv[C];
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) vv[u] = arch_ops<Arch>::load(vr + u * W);
             POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
-                const batch pb(a.p[(r0 + i) * BK + j]);
+                const batch pb(p_at<Tr>(a, r0 + i, j));
                 POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = xsimd::fma(pb, vv[u], acc[i][u]);
             }
         }
@@ -383,19 +387,19 @@ struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Ar
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
     }
 
-    template <class E, std::size_t R>
+    template <class E, std::size_t R, bool Tr>
     static void pv_rows(const attn_pv_args& a, std::size_t r0) noexcept {
         std::size_t c = 0;
-        for (; c + CQ * W <= a.dv; c += CQ * W) pv_block<E, R, CQ>(a, r0, c);
-        for (; c + W <= a.dv; c += W) pv_block<E, R, 1>(a, r0, c);
-        if (c < a.dv) pv_tail<E, R>(a, r0, c);
+        for (; c + CQ * W <= a.dv; c += CQ * W) pv_block<E, R, CQ, Tr>(a, r0, c);
+        for (; c + W <= a.dv; c += W) pv_block<E, R, 1, Tr>(a, r0, c);
+        if (c < a.dv) pv_tail<E, R, Tr>(a, r0, c);
     }
 
     /// The last dv − c0 < W columns with the same vector operation per lane as pv_block. (A scalar loop here
     /// rounded differently depending on the number of keys in the tile, so a decode chunk against a
     /// cache differed from prefill in the last bit, with FMA on AVX2 and AVX-512.) The accumulator rows
     /// are padded to 16 lanes; V's are not, so each key's tail is copied into zeroed lanes.
-    template <class E, std::size_t R>
+    template <class E, std::size_t R, bool Tr>
     static void pv_tail(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
         const E* v = static_cast<const E*>(a.v);
         const std::size_t m = a.dv - c0;
@@ -405,7 +409,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Ar
         for (std::size_t j = 0; j < a.keys; ++j) {
             for (std::size_t i = 0; i < m; ++i) vt[i] = to_float(v[j * a.v_stride + c0 + i]);
             const batch vv = batch::load_aligned(vt);
-            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] = xsimd::fma(batch(a.p[(r0 + i) * BK + j]), vv, acc[i]);
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] = xsimd::fma(batch(p_at<Tr>(a, r0 + i, j)), vv, acc[i]);
         }
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
     }
@@ -413,16 +417,17 @@ struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Ar
     static void pv(const attn_pv_args& a) noexcept {
         assert(a.acc_stride % 16 == 0 && a.acc_stride >= a.dv);  // pv_tail reads and writes whole vectors
         assert(reinterpret_cast<std::uintptr_t>(a.acc) % 64 == 0);
-        if (a.v_type == dtype::bf16) return pv_all<bf16>(a);
-        if (a.v_type == dtype::fp16) return pv_all<fp16>(a);
-        pv_all<float>(a);
+        if (a.p_transposed) return pv_all<float, true>(a);  // (the backward's blocks: float rows)
+        if (a.v_type == dtype::bf16) return pv_all<bf16, false>(a);
+        if (a.v_type == dtype::fp16) return pv_all<fp16, false>(a);
+        pv_all<float, false>(a);
     }
-    template <class E>
+    template <class E, bool Tr>
     static void pv_all(const attn_pv_args& a) noexcept {
         std::size_t r = 0;
-        for (; r + MR <= a.rows; r += MR) pv_rows<E, MR>(a, r);
-        if (a.rows - r >= 4) pv_rows<E, 4>(a, r), r += 4;
-        for (; r < a.rows; ++r) pv_rows<E, 1>(a, r);
+        for (; r + MR <= a.rows; r += MR) pv_rows<E, MR, Tr>(a, r);
+        if (a.rows - r >= 4) pv_rows<E, 4, Tr>(a, r), r += 4;
+        for (; r < a.rows; ++r) pv_rows<E, 1, Tr>(a, r);
     }
 };
 

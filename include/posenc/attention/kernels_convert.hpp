@@ -1,7 +1,8 @@
 #pragma once
 // The attention steps that convert rather than multiply, templated on the architecture: 16-bit K/V
 // rows widened to float and float rows narrowed to 16 bits (a cache's append), and double terms
-// added to float scores with one rounding (a bias computed in double). kernels.hpp builds the tile
+// added to float scores with one rounding (a bias computed in double), and the backward's per-element
+// dS = P ⊙ (dP − Δ). kernels.hpp builds the tile
 // products on the prefetch and widening helpers here. Only arch-templated code (the COMDAT rule of
 // kernels.hpp).
 
@@ -97,6 +98,24 @@ struct attention_convert_steps {
         const double* t = a.terms;
         for (std::size_t j = 0; j < a.n; ++j) s[j] = static_cast<float>(static_cast<double>(s[j]) + t[j]);
     }
+
+    /// One vector per W scores: p·(dP − Δ), then × factor (separate roundings, no contraction possible).
+    static void grad_ds(const attn_grad_ds_args& a) noexcept {
+        constexpr std::size_t BK = attn_key_tile;
+        for (std::size_t r = 0; r < a.rows; ++r) {
+            const float* p = a.p + r * BK;
+            float* ds = a.ds + r * BK;
+            const batch delta(a.delta[r]);
+            if (a.factor) {
+                const batch f(a.factor[r]);
+                for (std::size_t j = 0; j < BK; j += W)
+                    ((batch::load_aligned(p + j) * (batch::load_aligned(ds + j) - delta)) * f).store_aligned(ds + j);
+            } else {
+                for (std::size_t j = 0; j < BK; j += W)
+                    (batch::load_aligned(p + j) * (batch::load_aligned(ds + j) - delta)).store_aligned(ds + j);
+            }
+        }
+    }
 };
 
 template <class Arch>
@@ -110,6 +129,10 @@ void attn_narrow_functor::operator()(Arch, const attn_narrow_args& a) const noex
 template <class Arch>
 void attn_add_terms_functor::operator()(Arch, const attn_add_terms_args& a) const noexcept {
     attention_convert_steps<Arch>::add_terms(a);
+}
+template <class Arch>
+void attn_grad_ds_functor::operator()(Arch, const attn_grad_ds_args& a) const noexcept {
+    attention_convert_steps<Arch>::grad_ds(a);
 }
 
 }  // namespace posenc::simd

@@ -58,6 +58,40 @@ struct aligned64_allocator {
 };
 using attn_floats = std::vector<float, aligned64_allocator<float>>;
 
+/// For a bias of the distance j − i alone (attention_distance_slope): the terms of heads
+/// [hk·G, hk·G + G) over a tile's distances [k_lo − q_hi, k_hi − q_lo] into terms (head g's at
+/// g·stride, stride ≥ keys + tile_tokens), computed in double as add_to_scores computes them, so
+/// adding them (the add_terms step) gives add_to_scores' bits. False (the bias is then asked per row)
+/// for other biases, keys that are not consecutive, queries spread wider than a tile of
+/// consecutive ones, or positions so large that a distance is not exact in double.
+template <class Bias>
+bool distance_terms(const Bias& bias, std::size_t hk, std::size_t G, std::size_t tile_tokens, std::int64_t q_lo,
+                    std::int64_t q_hi, const position_ids& ks, double* terms, std::size_t stride) {
+    if constexpr (requires(const Bias& b) { attention_distance_slope(b, std::size_t{}); }) {
+        constexpr std::int64_t exact = std::int64_t{1} << 50;
+        if (ks.size() == 0 || !ks.is_consecutive()) return false;
+        const std::int64_t k_lo = ks.front(), k_hi = ks.front() + static_cast<std::int64_t>(ks.size() - 1);
+        const auto small = [](std::int64_t x) { return x > -exact && x < exact; };
+        if (!small(k_lo) || !small(k_hi) || !small(q_lo) || !small(q_hi)) return false;
+        if (q_hi - q_lo >= static_cast<std::int64_t>(tile_tokens)) return false;
+        const auto len = static_cast<std::int32_t>(ks.size() + static_cast<std::size_t>(q_hi - q_lo));
+        const auto d0 = static_cast<double>(k_lo - q_hi);
+        for (std::size_t g = 0; g < G; ++g) {
+            const auto [m, symmetric] = attention_distance_slope(bias, hk * G + g);
+            double* head_terms = terms + g * stride;
+            // (the index as a 32-bit integer: its conversion to double vectorises on every x86-64 level)
+            if (symmetric)
+                for (std::int32_t x = 0; x < len; ++x) head_terms[x] = -(m * std::abs(d0 + static_cast<double>(x)));
+            else
+                for (std::int32_t x = 0; x < len; ++x) head_terms[x] = m * (d0 + static_cast<double>(x));
+        }
+        return true;
+    } else {
+        (void)bias, (void)hk, (void)G, (void)tile_tokens, (void)q_lo, (void)q_hi, (void)ks, (void)terms, (void)stride;
+        return false;
+    }
+}
+
 /// 64-byte aligned floats left uninitialised (a split call's states: each is written before it is read).
 class uninitialized_floats {
 public:
@@ -154,36 +188,8 @@ struct attn_call {
         return t;
     }
 
-    /// For a bias of the distance j − i alone (attention_distance_slope): each head's terms over the
-    /// tile's distances [k_lo − q_hi, k_hi − q_lo] into w.terms, computed in double as add_to_scores
-    /// computes them, so adding them gives add_to_scores' bits. False (the bias is then asked per row)
-    /// for other biases, keys that are not consecutive, queries spread wider than a tile of
-    /// consecutive ones, or positions so large that a distance is not exact in double.
     bool fill_distance_terms(const attn_query_tile& t, const position_ids& ks, attn_scratch& w) const {
-        using bias_type = std::remove_cvref_t<decltype(enc.bias)>;
-        if constexpr (requires(const bias_type& b) { attention_distance_slope(b, std::size_t{}); }) {
-            constexpr std::int64_t exact = std::int64_t{1} << 50;
-            if (ks.size() == 0 || !ks.is_consecutive()) return false;
-            const std::int64_t k_lo = ks.front(), k_hi = ks.front() + static_cast<std::int64_t>(ks.size() - 1);
-            const auto small = [](std::int64_t x) { return x > -exact && x < exact; };
-            if (!small(k_lo) || !small(k_hi) || !small(t.q_lo) || !small(t.q_hi)) return false;
-            if (t.q_hi - t.q_lo >= static_cast<std::int64_t>(sh.tile_tokens)) return false;
-            const auto len = static_cast<std::int32_t>(ks.size() + static_cast<std::size_t>(t.q_hi - t.q_lo));
-            const auto d0 = static_cast<double>(k_lo - t.q_hi);
-            for (std::size_t g = 0; g < sh.G; ++g) {
-                const auto [m, symmetric] = attention_distance_slope(enc.bias, t.hk * sh.G + g);
-                double* terms = w.terms.data() + g * w.terms_stride;
-                // (the index as a 32-bit integer: its conversion to double vectorises on every x86-64 level)
-                if (symmetric)
-                    for (std::int32_t x = 0; x < len; ++x) terms[x] = -(m * std::abs(d0 + static_cast<double>(x)));
-                else
-                    for (std::int32_t x = 0; x < len; ++x) terms[x] = m * (d0 + static_cast<double>(x));
-            }
-            return true;
-        } else {
-            (void)t, (void)ks, (void)w;
-            return false;
-        }
+        return distance_terms(enc.bias, t.hk, sh.G, sh.tile_tokens, t.q_lo, t.q_hi, ks, w.terms.data(), w.terms_stride);
     }
 
     /// The softmax state of the tile's rows over the keys of segment `seg`, from a fresh start, into st.
@@ -260,9 +266,9 @@ struct attn_call {
                     ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
                 else
                     for (std::size_t j = 0; j < nk; ++j) std::copy_n(v.row(j0 + j, hk), sh.Dv, w.vbuf.data() + j * sh.Dv);
-                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32});
+                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false});
             } else {  // decode: V read once, 16-bit rows widened as they are loaded
-                ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>});
+                ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false});
             }
             for (std::size_t r = 0; r < R; ++r)
                 add_bias_to_output(enc.bias, hk * G + r % G, t.qs[r / G], ks, std::span<const float>(w.s.data() + r * BK, nk),

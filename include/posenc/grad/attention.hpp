@@ -20,11 +20,14 @@
 //   pass 1, one work item per (kv head, key tile), over every query tile: dV += Pᵀ·dO, dK += s·dSᵀ·T(Q);
 //   pass 2, one work item per (kv head, query tile), over every key tile: dQ += s·dS·T(K) and the
 //   parameter gradients (into one buffer per item, added to the caller's in item order at the end).
+// With no more threads than kv heads, one item per kv head does both passes' sums in one sweep (each
+// block's scores computed once instead of twice), in the same order with the same steps: the same bits.
 // Then the transform's transpose Jacobian takes dT(Q), dT(K) back to dQ, dK at their positions
 // (keys_transformed: dK stays with respect to the transformed keys the call was given).
 //
-// Extra memory per thread is O(tile); parameter gradients add one table-sized buffer per pass-2 item
-// (only for the tables asked for). dq, dk, dv are overwritten; parameter gradients are added to.
+// Extra memory per thread is O(tile), plus a kv head's transformed Q, dO and dQ in the one-sweep case
+// (about the size of q, dout and dq in all); parameter gradients add one table-sized buffer per pass-2
+// item (only for the tables asked for). dq, dk, dv are overwritten; parameter gradients are added to.
 // Every check runs before anything is written: the forward's (shapes, positions, mask, sinks, sequence
 // ids, bias, scale, transform) and dout/dq/dk/dv shapes, lse's size and values, overlaps, and the
 // parameter-gradient spans' sizes.
@@ -142,8 +145,17 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
     sh.rows_pad = (sh.max_rows + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
     sh.stride_d = (D + 15) / 16 * 16;
     sh.stride_dv = (Dv + 15) / 16 * 16;
+    std::vector<float> delta(Tq * Hq);  // Δ = dO·O of each query row, summed in double once for both passes
+    for (std::size_t t = 0; t < Tq; ++t)
+        for (std::size_t h = 0; h < Hq; ++h) {
+            double sum = 0.0;
+            const float* o = out.row(t, h);
+            const float* d = dout.row(t, h);
+            for (std::size_t c = 0; c < Dv; ++c) sum += static_cast<double>(d[c]) * o[c];
+            delta[t * Hq + h] = static_cast<float>(sum);
+        }
     const simd::attn_kernels ker = simd::attention_kernels();
-    const grad_call<Enc, Mask, KV> call{ker, enc, sh, q, k, v, out, lse, dout, qpos, kpos, mask, opt};
+    const grad_call<Enc, Mask, KV> call{ker, enc, sh, q, k, v, lse, delta, dout, qpos, kpos, mask, opt};
     const std::size_t ktiles = (Tk + grad_key_tile - 1) / grad_key_tile;
     const std::size_t qtiles = Tq == 0 ? 0 : (Tq + sh.tile_tokens - 1) / sh.tile_tokens;
     const std::size_t fmas = Tq * Hq * std::max<std::size_t>(Tk, 1) * (2 * D + 2 * Dv);
@@ -153,18 +165,23 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
     scratch.reserve(wanted);
     for (std::size_t i = 0; i < wanted; ++i) scratch.emplace_back(sh);
 
-    const std::size_t key_items = ktiles * Hkv;
-    run_round_robin(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(key_items, 1))), opt, key_items,
-                    [&](std::size_t item, std::size_t tid) { call.key_item(item % Hkv, item / Hkv, scratch[tid], dk, dv); });
-
     const std::size_t table = pg.bias_table.size() + pg.shaw_keys.size() + pg.shaw_values.size();
     const std::size_t query_items = qtiles * Hkv;
     std::vector<float> tables(table * query_items);
-    run_round_robin(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(query_items, 1))), opt, query_items,
-                    [&](std::size_t item, std::size_t tid) {
-                        call.query_item(item % Hkv, item / Hkv, scratch[tid], dq, pg,
-                                        std::span<float>(tables.data() + item * table, table));
-                    });
+    if (wanted <= Hkv) {  // a kv head per item, each block once (the two passes' bits)
+        run_round_robin(static_cast<unsigned>(wanted), opt, Hkv, [&](std::size_t hk, std::size_t tid) {
+            call.head_item(hk, scratch[tid], dq, dk, dv, pg, tables);
+        });
+    } else {
+        const std::size_t key_items = ktiles * Hkv;
+        run_round_robin(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(key_items, 1))), opt, key_items,
+                        [&](std::size_t item, std::size_t tid) { call.key_item(item % Hkv, item / Hkv, scratch[tid], dk, dv); });
+        run_round_robin(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(query_items, 1))), opt, query_items,
+                        [&](std::size_t item, std::size_t tid) {
+                            call.query_item(item % Hkv, item / Hkv, scratch[tid], dq, pg,
+                                            std::span<float>(tables.data() + item * table, table));
+                        });
+    }
     if (table > 0) {  // the items' shares, summed in item order
         std::vector<double> sum(table, 0.0);
         for (std::size_t item = 0; item < query_items; ++item)
@@ -179,11 +196,7 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
             for (std::size_t t = 0; t < Tq; ++t) {
                 const float l = lse[t * Hq + h];
                 if (l == -std::numeric_limits<float>::infinity()) continue;
-                double delta = 0.0;
-                const float* o = out.row(t, h);
-                const float* d = dout.row(t, h);
-                for (std::size_t c = 0; c < Dv; ++c) delta += static_cast<double>(d[c]) * o[c];
-                g -= std::exp(static_cast<double>(opt.sinks[h]) - l) * delta;
+                g -= std::exp(static_cast<double>(opt.sinks[h]) - l) * delta[t * Hq + h];
             }
             pg.sinks[h] += static_cast<float>(g);
         }

@@ -1,6 +1,6 @@
 #pragma once
-// The block recompute and the two passes of posenc::attention_backward (grad/attention.hpp, which
-// explains the algorithm and runs every check before calling in here), and attention_param_grads,
+// The block recompute, the two passes and the one-sweep head item of posenc::attention_backward
+// (grad/attention.hpp, which explains the algorithm and runs every check before calling in here), and attention_param_grads,
 // the public type naming where the parameter gradients go.
 
 #include <algorithm>
@@ -60,25 +60,41 @@ struct grad_shape {
 
 inline constexpr std::size_t grad_key_tile = simd::attn_key_tile;
 
-/// One thread's scratch, 64-byte aligned for the SIMD steps: the query tile's transformed rows and dO
-/// (rows past the tile's zero), a key tile's transformed K and V, the block's P and dS
-/// ([rows][grad_key_tile]), a transposed block for the key-side products, and the accumulators.
-struct grad_scratch {
-    attn_floats q, dout, k, v, kt, p, ds, transposed, acc_k, acc_v, acc_q;
-    std::vector<float> delta, lse, scale, row_scale, m, l;
-    explicit grad_scratch(const grad_shape& sh)
-        : q(sh.rows_pad * sh.D), dout(sh.rows_pad * sh.Dv), k(grad_key_tile * sh.D), v(grad_key_tile * sh.Dv),
-          kt(std::max(sh.D, sh.Dv) * grad_key_tile), p(sh.rows_pad * grad_key_tile), ds(sh.rows_pad * grad_key_tile),
-          transposed(grad_key_tile * grad_key_tile), acc_k(grad_key_tile * sh.stride_d), acc_v(grad_key_tile * sh.stride_dv),
-          acc_q(sh.rows_pad * sh.stride_d), delta(sh.rows_pad), lse(sh.rows_pad), scale(sh.tile_tokens),
-          row_scale(sh.rows_pad), m(sh.rows_pad), l(sh.rows_pad) {}
-};
-
 struct grad_query_tile {
     std::size_t hk = 0, t0 = 0, nq = 0, R = 0, rows_pad = 0;
     position_ids qs = position_ids::consecutive(0, 0);
     std::int64_t q_lo = 0, q_hi = 0;
     std::int32_t seq_lo = 0, seq_hi = 0;
+};
+
+/// A query tile's rows as the steps read them, 64-byte aligned: transformed queries and dO (rows past
+/// the tile's zero), Δ, lse and the scales.
+struct grad_query_rows {
+    attn_floats q, dout;
+    std::vector<float> delta, lse, scale, row_scale;
+    grad_query_tile tile;
+    explicit grad_query_rows(const grad_shape& sh)
+        : q(sh.rows_pad * sh.D), dout(sh.rows_pad * sh.Dv), delta(sh.rows_pad), lse(sh.rows_pad), scale(sh.tile_tokens),
+          row_scale(sh.rows_pad) {}
+};
+
+/// One thread's scratch, 64-byte aligned for the SIMD steps: query rows (one tile's, or every tile of
+/// a kv head for head_item; `current` is the one the steps read), a key tile's transformed K and V, the
+/// block's P and dS ([rows][grad_key_tile]), the accumulators (head_dq: a kv head's dQ, for head_item),
+/// and a distance bias's terms (as the forward's).
+struct grad_scratch {
+    std::vector<grad_query_rows> slots;
+    std::size_t current = 0;
+    attn_floats k, v, kt, p, ds, acc_k, acc_v, acc_q, head_dq;
+    std::vector<float> m, l;
+    std::size_t terms_stride;
+    std::vector<double> terms;
+    explicit grad_scratch(const grad_shape& sh)
+        : slots(1, grad_query_rows(sh)), k(grad_key_tile * sh.D), v(grad_key_tile * sh.Dv),
+          kt(std::max(sh.D, sh.Dv) * grad_key_tile), p(sh.rows_pad * grad_key_tile), ds(sh.rows_pad * grad_key_tile),
+          acc_k(grad_key_tile * sh.stride_d), acc_v(grad_key_tile * sh.stride_dv), acc_q(sh.rows_pad * sh.stride_d),
+          m(sh.rows_pad), l(sh.rows_pad), terms_stride(grad_key_tile + sh.tile_tokens), terms(sh.G * terms_stride) {}
+    [[nodiscard]] grad_query_rows& rows() noexcept { return slots[current]; }
 };
 
 struct grad_key_tile_info {
@@ -95,8 +111,8 @@ struct grad_call {
     const grad_shape& sh;
     heads_view<const float> q;
     heads_view<const KV> k, v;
-    heads_view<const float> out;
     std::span<const float> lse;
+    std::span<const float> delta;  // Δ = dO·O per query row, as lse
     heads_view<const float> dout;
     const position_ids& qpos;
     const position_ids& kpos;
@@ -109,30 +125,26 @@ struct grad_call {
     [[nodiscard]] bool add_then_scale() const noexcept { return enc.bias.order() == bias_order::add_then_scale; }
 
     /// The rows of query tile `tile` of kv head hk (row i·G + g is token t0 + i, head hk·G + g):
-    /// transformed queries, dO, Δ = dO·O, lse, and the per-token scales.
+    /// transformed queries, dO, Δ, lse, and the per-token scales.
     grad_query_tile load_queries(std::size_t hk, std::size_t tile, grad_scratch& w) const {
         grad_query_tile t = query_bounds(tile);
         t.hk = hk;
         t.R = t.nq * sh.G;
         const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv;
         t.rows_pad = (t.R + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
-        std::fill_n(w.q.begin(), t.rows_pad * D, 0.0f);
-        std::fill_n(w.dout.begin(), t.rows_pad * Dv, 0.0f);
+        std::fill_n(w.rows().q.begin(), t.rows_pad * D, 0.0f);
+        std::fill_n(w.rows().dout.begin(), t.rows_pad * Dv, 0.0f);
         for (std::size_t i = 0; i < t.nq; ++i)
             for (std::size_t g = 0; g < G; ++g) {
                 const std::size_t r = i * G + g, h = hk * G + g;
-                std::copy_n(q.row(t.t0 + i, h), D, w.q.data() + r * D);
-                const float* o = out.row(t.t0 + i, h);
-                const float* d = dout.row(t.t0 + i, h);
-                std::copy_n(d, Dv, w.dout.data() + r * Dv);
-                double delta = 0.0;
-                for (std::size_t c = 0; c < Dv; ++c) delta += static_cast<double>(d[c]) * o[c];
-                w.delta[r] = static_cast<float>(delta);
-                w.lse[r] = lse[(t.t0 + i) * sh.Hq + h];
+                std::copy_n(q.row(t.t0 + i, h), D, w.rows().q.data() + r * D);
+                std::copy_n(dout.row(t.t0 + i, h), Dv, w.rows().dout.data() + r * Dv);
+                w.rows().delta[r] = delta[(t.t0 + i) * sh.Hq + h];
+                w.rows().lse[r] = lse[(t.t0 + i) * sh.Hq + h];
             }
-        transform_queries(enc.transform, heads_view<float>(w.q.data(), {t.nq, G, D}), t.qs);
-        for (std::size_t i = 0; i < t.nq; ++i) w.scale[i] = static_cast<float>(enc.scale.scale(t.qs[i], D));
-        for (std::size_t r = 0; r < t.rows_pad; ++r) w.row_scale[r] = r < t.R ? w.scale[r / G] : 0.0f;
+        transform_queries(enc.transform, heads_view<float>(w.rows().q.data(), {t.nq, G, D}), t.qs);
+        for (std::size_t i = 0; i < t.nq; ++i) w.rows().scale[i] = static_cast<float>(enc.scale.scale(t.qs[i], D));
+        for (std::size_t r = 0; r < t.rows_pad; ++r) w.rows().row_scale[r] = r < t.R ? w.rows().scale[r / G] : 0.0f;
         return t;
     }
 
@@ -188,24 +200,31 @@ struct grad_call {
     }
 
     /// P and dS (the gradient of the logit x = s·qᵀk + bias, or s·(qᵀk + bias), before softcap) of the
-    /// block into w.p and w.ds, [rows][grad_key_tile]; 0 where masked and for a row that saw nothing.
-    void block(const grad_query_tile& t, const grad_key_tile_info& kt, tile_visibility vis, grad_scratch& w) const {
+    /// block into w.p and w.ds, [rows][grad_key_tile], dS times ds_factor[r] when given; 0 where masked
+    /// and for a row that saw nothing. The bias, the masks and Shaw's dP term run here, outside the steps.
+    void block(const grad_query_tile& t, const grad_key_tile_info& kt, tile_visibility vis, grad_scratch& w,
+               const float* ds_factor) const {
         constexpr float ninf = -std::numeric_limits<float>::infinity();
         constexpr std::size_t BK = grad_key_tile;
         const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv, nk = kt.nk;
         const float cap = opt.softcap;
         // scale_then_add: the qk step scales each row as it stores it, as the forward does.
-        ker.qk({w.q.data(), t.rows_pad, D, w.k.data(), D, nk, w.kt.data(), w.p.data(),
-                add_then_scale() ? nullptr : w.row_scale.data(), dtype::f32});
-        ker.qk({w.dout.data(), t.rows_pad, Dv, w.v.data(), Dv, nk, w.kt.data(), w.ds.data(), nullptr, dtype::f32});
+        ker.qk({w.rows().q.data(), t.rows_pad, D, w.k.data(), D, nk, w.kt.data(), w.p.data(),
+                add_then_scale() ? nullptr : w.rows().row_scale.data(), dtype::f32});
+        ker.qk({w.rows().dout.data(), t.rows_pad, Dv, w.v.data(), Dv, nk, w.kt.data(), w.ds.data(), nullptr, dtype::f32});
+        const bool by_distance =
+            distance_terms(enc.bias, t.hk, G, sh.tile_tokens, t.q_lo, t.q_hi, kt.ks, w.terms.data(), w.terms_stride);
         for (std::size_t r = 0; r < t.R; ++r) {  // the logits as the forward forms them, −∞ where masked
             const std::size_t i = r / G, head = t.hk * G + r % G;
             const std::int64_t qp = t.qs[i];
             float* srow = w.p.data() + r * BK;
-            add_bias_to_scores(enc.bias, head, qp, kt.ks, std::span<float>(srow, nk),
-                               std::span<const float>(w.q.data() + r * D, D));
+            if (by_distance)  // row r's distances start at k_lo − qp, entry q_hi − qp of its head's terms
+                ker.add_terms({srow, w.terms.data() + (r % G) * w.terms_stride + static_cast<std::size_t>(t.q_hi - qp), nk});
+            else
+                add_bias_to_scores(enc.bias, head, qp, kt.ks, std::span<float>(srow, nk),
+                                   std::span<const float>(w.rows().q.data() + r * D, D));
             if (add_then_scale()) {
-                const float sc = w.scale[i];
+                const float sc = w.rows().scale[i];
                 for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
             }
             if (vis == tile_visibility::partial) {
@@ -214,34 +233,34 @@ struct grad_call {
                     if (!mask.visible(qp, kt.ks[j]) || (seq() && opt.key_sequence[kt.j0 + j] != qid)) srow[j] = ninf;
             }
         }
-        if (cap == 0.0f) {  // P = exp(S − lse) by the forward's softmax step started from m = lse
-            std::copy_n(w.lse.begin(), t.R, w.m.begin());
-            std::fill_n(w.l.begin(), t.R, 0.0f);
-            ker.softmax({w.p.data(), t.R, nk, w.m.data(), w.l.data(), w.acc_q.data(), 0, 0, 0.0f});
-        }
-        for (std::size_t r = 0; r < t.R; ++r) {
-            const std::int64_t qp = t.qs[r / G];
-            float* prow = w.p.data() + r * BK;
-            float* dsrow = w.ds.data() + r * BK;  // dP on entry
-            const float l = w.lse[r], delta = w.delta[r];
-            if (l == ninf) {  // a row that saw nothing (and no sink): no gradient
-                std::fill_n(prow, nk, 0.0f);
-                std::fill_n(dsrow, nk, 0.0f);
-                continue;
-            }
-            if constexpr (is_shaw_bias<bias_type>) {
-                const float* dor = w.dout.data() + r * Dv;
+        if constexpr (is_shaw_bias<bias_type>) {  // dP += dO·a^V of each pair's clipped distance
+            for (std::size_t r = 0; r < t.R; ++r) {
+                const std::int64_t qp = t.qs[r / G];
+                const float* dor = w.rows().dout.data() + r * Dv;
                 for (std::size_t j = 0; j < nk; ++j) {
                     const float* av = enc.bias.value_table().data() + enc.bias.row(qp, kt.ks[j]) * Dv;
                     float dp = 0.0f;
                     for (std::size_t d = 0; d < Dv; ++d) dp += dor[d] * av[d];
-                    dsrow[j] += dp;
+                    w.ds[r * BK + j] += dp;
                 }
             }
-            if (cap == 0.0f) {
-                for (std::size_t j = 0; j < nk; ++j) dsrow[j] = prow[j] * (dsrow[j] - delta);
+        }
+        if (cap == 0.0f) {  // P = exp(S − lse) by the forward's softmax step started from m = lse
+            std::copy_n(w.rows().lse.begin(), t.R, w.m.begin());
+            std::fill_n(w.l.begin(), t.R, 0.0f);
+            ker.softmax({w.p.data(), t.R, nk, w.m.data(), w.l.data(), w.acc_q.data(), 0, 0, 0.0f});
+            ker.grad_ds({w.p.data(), w.ds.data(), t.R, w.rows().delta.data(), ds_factor});
+        }
+        for (std::size_t r = 0; r < t.R; ++r) {
+            float* prow = w.p.data() + r * BK;
+            float* dsrow = w.ds.data() + r * BK;  // dP on entry with softcap
+            const float l = w.rows().lse[r], delta = w.rows().delta[r], f = ds_factor ? ds_factor[r] : 1.0f;
+            if (l == ninf) {  // a row that saw nothing (and no sink): no gradient
+                std::fill_n(prow, BK, 0.0f);
+                std::fill_n(dsrow, BK, 0.0f);
                 continue;
             }
+            if (cap == 0.0f) continue;
             for (std::size_t j = 0; j < nk; ++j) {  // softcap: y = c·tanh(x/c), dy/dx = 1 − tanh²
                 if (prow[j] == ninf) {
                     prow[j] = 0.0f;
@@ -251,105 +270,157 @@ struct grad_call {
                 const float th = std::tanh(prow[j] / cap);
                 const float p = std::exp(cap * th - l);
                 prow[j] = p;
-                dsrow[j] = p * (dsrow[j] - delta) * (1.0f - th * th);
+                dsrow[j] = p * (dsrow[j] - delta) * (1.0f - th * th) * f;
             }
-        }
-    }
-
-    /// acc[j] += Σ_r factor_r·block[r][j]·rows[r] over the tile's rows, for each key j: the key-side
-    /// products (dV += Pᵀ·dO, dK += (s·dS)ᵀ·T(Q)) as the pv step over the transposed block, 64 rows at a time.
-    void add_transposed(const grad_query_tile& t, std::size_t nk, const float* block_rows, const float* factor,
-                        const float* rows, std::size_t width, float* acc, std::size_t acc_stride, grad_scratch& w) const {
-        constexpr std::size_t BK = grad_key_tile;
-        for (std::size_t r0 = 0; r0 < t.R; r0 += BK) {
-            const std::size_t n = std::min(BK, t.R - r0);
-            for (std::size_t j = 0; j < nk; ++j)
-                for (std::size_t c = 0; c < n; ++c)
-                    w.transposed[j * BK + c] = factor ? factor[r0 + c] * block_rows[(r0 + c) * BK + j] : block_rows[(r0 + c) * BK + j];
-            ker.pv({w.transposed.data(), nk, n, rows + r0 * width, width, width, acc, acc_stride, dtype::f32});
         }
     }
 
     /// Pass 1: dK (w.r.t. the transformed keys) and dV of key tile `ktile` of kv head hk.
     void key_item(std::size_t hk, std::size_t ktile, grad_scratch& w, const heads_view<float>& dk,
                   const heads_view<float>& dv) const {
-        const std::size_t D = sh.D, Dv = sh.Dv;
         const grad_key_tile_info kt = key_tile(ktile);
         std::fill_n(w.acc_k.begin(), kt.nk * sh.stride_d, 0.0f);
         std::fill_n(w.acc_v.begin(), kt.nk * sh.stride_dv, 0.0f);
         bool loaded = false;
-        const std::size_t qtiles = (sh.Tq + sh.tile_tokens - 1) / sh.tile_tokens;
-        for (std::size_t qt = 0; qt < qtiles; ++qt) {
+        for (std::size_t qt = 0; qt < query_tiles(); ++qt) {
             const tile_visibility vis = classify(query_bounds(qt), kt);  // before the queries are loaded
             if (vis == tile_visibility::none) continue;
             if (!loaded) load_keys(hk, kt, w), loaded = true;
             const grad_query_tile t = load_queries(hk, qt, w);
-            block(t, kt, vis, w);
-            add_transposed(t, kt.nk, w.p.data(), nullptr, w.dout.data(), Dv, w.acc_v.data(), sh.stride_dv, w);
-            add_transposed(t, kt.nk, w.ds.data(), w.row_scale.data(), w.q.data(), D, w.acc_k.data(), sh.stride_d, w);
+            block(t, kt, vis, w, w.rows().row_scale.data());  // s·dS, dK's factor
+            key_side(t, kt, w);
         }
-        for (std::size_t j = 0; j < kt.nk; ++j) {
-            std::copy_n(w.acc_k.data() + j * sh.stride_d, D, dk.row(kt.j0 + j, hk));
-            std::copy_n(w.acc_v.data() + j * sh.stride_dv, Dv, dv.row(kt.j0 + j, hk));
-        }
+        store_keys(hk, kt, w, dk, dv);
     }
 
     /// Pass 2: dQ (w.r.t. the transformed queries) of query tile `qtile` of kv head hk, and this item's
     /// share of the parameter gradients into `table` (bias table, then a^K, then a^V, as asked for).
     void query_item(std::size_t hk, std::size_t qtile, grad_scratch& w, const heads_view<float>& dq,
                     const attention_param_grads& pg, std::span<float> table) const {
-        constexpr std::size_t BK = grad_key_tile;
-        const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv;
         const grad_query_tile t = load_queries(hk, qtile, w);
         std::fill_n(w.acc_q.begin(), t.rows_pad * sh.stride_d, 0.0f);
         std::fill(table.begin(), table.end(), 0.0f);
-        float* g_bias = table.data();
-        float* g_ak = g_bias + pg.bias_table.size();
-        float* g_av = g_ak + pg.shaw_keys.size();
-        const std::size_t ktiles = (sh.Tk + BK - 1) / BK;
-        for (std::size_t kti = 0; kti < ktiles; ++kti) {
+        for (std::size_t kti = 0; kti < key_tiles(); ++kti) {
             const grad_key_tile_info kt = key_tile(kti);
             const tile_visibility vis = classify(t, kt);
             if (vis == tile_visibility::none) continue;
             load_keys(hk, kt, w);
-            block(t, kt, vis, w);
-            for (std::size_t r = 0; r < t.R; ++r) {
-                const std::size_t i = r / G, head = hk * G + r % G;
-                const float sc = w.scale[i];
-                const float bf = add_then_scale() ? sc : 1.0f;  // the bias's gradient: dS·s or dS
-                float* dsrow = w.ds.data() + r * BK;
-                const std::int64_t qp = t.qs[i];
-                if constexpr (is_shaw_bias<bias_type> || is_t5_bias<bias_type>) {
-                    for (std::size_t j = 0; j < kt.nk; ++j) {
-                        const float ds = dsrow[j];
-                        if constexpr (is_shaw_bias<bias_type>) {
-                            const std::size_t row = enc.bias.row(qp, kt.ks[j]);
-                            const float* akr = enc.bias.key_table().data() + row * D;
-                            const float dsb = bf * ds;
-                            float* aq = w.acc_q.data() + r * sh.stride_d;
-                            for (std::size_t d = 0; d < D; ++d) aq[d] += dsb * akr[d];
-                            if (!pg.shaw_keys.empty()) {
-                                const float* qr = w.q.data() + r * D;
-                                for (std::size_t d = 0; d < D; ++d) g_ak[row * D + d] += dsb * qr[d];
-                            }
-                            if (!pg.shaw_values.empty()) {
-                                const float p = w.p[r * BK + j];
-                                const float* dor = w.dout.data() + r * Dv;
-                                for (std::size_t d = 0; d < Dv; ++d) g_av[row * Dv + d] += p * dor[d];
-                            }
-                        } else if (!pg.bias_table.empty()) {
-                            const auto b = static_cast<std::size_t>(
-                                enc.bias.buckets().bucket_unchecked(relative_position(kt.ks[j], qp)));
-                            g_bias[b * sh.Hq + head] += bf * ds;
-                        }
-                    }
-                }
-                for (std::size_t j = 0; j < kt.nk; ++j) dsrow[j] *= sc;
-            }
-            ker.pv({w.ds.data(), t.R, kt.nk, w.k.data(), D, D, w.acc_q.data(), sh.stride_d, dtype::f32});
+            block(t, kt, vis, w, raw_ds ? nullptr : w.rows().row_scale.data());  // s·dS, dQ's factor, unless tables need dS
+            query_side(t, kt, w, w.acc_q.data(), pg, table);
         }
         for (std::size_t r = 0; r < t.R; ++r)
-            std::copy_n(w.acc_q.data() + r * sh.stride_d, D, dq.row(t.t0 + r / G, hk * G + r % G));
+            std::copy_n(w.acc_q.data() + r * sh.stride_d, sh.D, dq.row(t.t0 + r / sh.G, t.hk * sh.G + r % sh.G));
+    }
+
+    /// Both passes of kv head hk in one sweep, each block computed once (5 block products instead of 7):
+    /// the head's query tiles loaded once, then key tiles in order, each over the query tiles in order,
+    /// each query tile's dQ accumulated in w.head_dq. Every sum runs in the passes' order with the same
+    /// steps, so the results are the passes' bits; the caller uses it when there are no more threads
+    /// than kv heads (the head's rows and dQ then total about the size of q, dout and dq).
+    /// `tables`: every pass-2 item's share, as there.
+    void head_item(std::size_t hk, grad_scratch& w, const heads_view<float>& dq, const heads_view<float>& dk,
+                   const heads_view<float>& dv, const attention_param_grads& pg, std::span<float> tables) const {
+        const std::size_t table = pg.bias_table.size() + pg.shaw_keys.size() + pg.shaw_values.size();
+        const std::size_t tile_acc = sh.rows_pad * sh.stride_d;
+        w.head_dq.assign(query_tiles() * tile_acc, 0.0f);
+        if (w.slots.size() < query_tiles()) {
+            const grad_query_rows blank = w.slots.front();
+            w.slots.resize(query_tiles(), blank);
+        }
+        for (std::size_t qt = 0; qt < query_tiles(); ++qt) {  // each query tile loaded and transformed once
+            w.current = qt;
+            w.rows().tile = load_queries(hk, qt, w);
+        }
+        for (std::size_t qt = 0; qt < query_tiles(); ++qt)
+            std::fill_n(tables.begin() + static_cast<std::ptrdiff_t>((qt * sh.Hkv + hk) * table), table, 0.0f);
+        for (std::size_t kti = 0; kti < key_tiles(); ++kti) {
+            const grad_key_tile_info kt = key_tile(kti);
+            std::fill_n(w.acc_k.begin(), kt.nk * sh.stride_d, 0.0f);
+            std::fill_n(w.acc_v.begin(), kt.nk * sh.stride_dv, 0.0f);
+            bool loaded = false;
+            for (std::size_t qt = 0; qt < query_tiles(); ++qt) {
+                w.current = qt;
+                const grad_query_tile& t = w.rows().tile;
+                const tile_visibility vis = classify(t, kt);
+                if (vis == tile_visibility::none) continue;
+                if (!loaded) load_keys(hk, kt, w), loaded = true;
+                block(t, kt, vis, w, raw_ds ? nullptr : w.rows().row_scale.data());
+                query_side(t, kt, w, w.head_dq.data() + qt * tile_acc, pg,
+                           tables.subspan((qt * sh.Hkv + hk) * table, table));  // leaves s·dS in w.ds
+                key_side(t, kt, w);
+            }
+            store_keys(hk, kt, w, dk, dv);
+        }
+        w.current = 0;
+        for (std::size_t qt = 0; qt < query_tiles(); ++qt) {
+            const grad_query_tile& t = w.slots[qt].tile;
+            for (std::size_t r = 0; r < t.R; ++r)
+                std::copy_n(w.head_dq.data() + qt * tile_acc + r * sh.stride_d, sh.D, dq.row(t.t0 + r / sh.G, hk * sh.G + r % sh.G));
+        }
+    }
+
+private:
+    static constexpr bool raw_ds = is_shaw_bias<bias_type> || is_t5_bias<bias_type>;  // tables need dS before s
+    [[nodiscard]] std::size_t query_tiles() const noexcept { return (sh.Tq + sh.tile_tokens - 1) / sh.tile_tokens; }
+    [[nodiscard]] std::size_t key_tiles() const noexcept { return (sh.Tk + grad_key_tile - 1) / grad_key_tile; }
+
+    /// dV += Pᵀ·dO and dK += (s·dS)ᵀ·T(Q) over the block, read transposed by the pv step.
+    void key_side(const grad_query_tile& t, const grad_key_tile_info& kt, grad_scratch& w) const {
+        ker.pv({w.p.data(), kt.nk, t.R, w.rows().dout.data(), sh.Dv, sh.Dv, w.acc_v.data(), sh.stride_dv, dtype::f32, true});
+        ker.pv({w.ds.data(), kt.nk, t.R, w.rows().q.data(), sh.D, sh.D, w.acc_k.data(), sh.stride_d, dtype::f32, true});
+    }
+
+    void store_keys(std::size_t hk, const grad_key_tile_info& kt, const grad_scratch& w, const heads_view<float>& dk,
+                    const heads_view<float>& dv) const {
+        for (std::size_t j = 0; j < kt.nk; ++j) {
+            std::copy_n(w.acc_k.data() + j * sh.stride_d, sh.D, dk.row(kt.j0 + j, hk));
+            std::copy_n(w.acc_v.data() + j * sh.stride_dv, sh.Dv, dv.row(kt.j0 + j, hk));
+        }
+    }
+
+    /// dQ += s·dS·T(K) (+ Shaw's a^K) into acc_q (the tile's rows, sh.stride_d apart) and the parameter
+    /// gradients into `table`; with raw_ds, w.ds holds dS on entry and s·dS after.
+    void query_side(const grad_query_tile& t, const grad_key_tile_info& kt, grad_scratch& w, float* acc_q,
+                    const attention_param_grads& pg, std::span<float> table) const {
+        constexpr std::size_t BK = grad_key_tile;
+        const std::size_t G = sh.G, D = sh.D, Dv = sh.Dv;
+        float* g_bias = table.data();
+        float* g_ak = g_bias + pg.bias_table.size();
+        float* g_av = g_ak + pg.shaw_keys.size();
+        for (std::size_t r = 0; raw_ds && r < t.R; ++r) {
+            const std::size_t i = r / G, head = t.hk * G + r % G;
+            const float sc = w.rows().scale[i];
+            const float bf = add_then_scale() ? sc : 1.0f;  // the bias's gradient: dS·s or dS
+            float* dsrow = w.ds.data() + r * BK;
+            const std::int64_t qp = t.qs[i];
+            if constexpr (is_shaw_bias<bias_type> || is_t5_bias<bias_type>) {
+                for (std::size_t j = 0; j < kt.nk; ++j) {
+                    const float ds = dsrow[j];
+                    if constexpr (is_shaw_bias<bias_type>) {
+                        const std::size_t row = enc.bias.row(qp, kt.ks[j]);
+                        const float* akr = enc.bias.key_table().data() + row * D;
+                        const float dsb = bf * ds;
+                        float* aq = acc_q + r * sh.stride_d;
+                        for (std::size_t d = 0; d < D; ++d) aq[d] += dsb * akr[d];
+                        if (!pg.shaw_keys.empty()) {
+                            const float* qr = w.rows().q.data() + r * D;
+                            for (std::size_t d = 0; d < D; ++d) g_ak[row * D + d] += dsb * qr[d];
+                        }
+                        if (!pg.shaw_values.empty()) {
+                            const float p = w.p[r * BK + j];
+                            const float* dor = w.rows().dout.data() + r * Dv;
+                            for (std::size_t d = 0; d < Dv; ++d) g_av[row * Dv + d] += p * dor[d];
+                        }
+                    } else if (!pg.bias_table.empty()) {
+                        const auto b = static_cast<std::size_t>(
+                            enc.bias.buckets().bucket_unchecked(relative_position(kt.ks[j], qp)));
+                        g_bias[b * sh.Hq + head] += bf * ds;
+                    }
+                }
+            }
+            for (std::size_t j = 0; j < kt.nk; ++j) dsrow[j] *= sc;
+        }
+        ker.pv({w.ds.data(), t.R, kt.nk, w.k.data(), D, D, acc_q, sh.stride_d, dtype::f32, false});
     }
 };
 }  // namespace detail
