@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The include graph of include/posenc runs one way, lower rooms first:
 #   core (+ core/detail) → simd → rope (+ rope/detail) → absolute, bias, logit, xpos, analysis
-#   → attention → grad, hf;  and posenc.hpp on top of all but hf (hf needs nlohmann-json).
+#   → attention → grad, hf;  and posenc.hpp on top of all but hf (needs nlohmann-json) and grad (training only).
 # A room's detail/ folder belongs to that room. Fails, naming the file and the include, when a header
 # includes one from a room its own may not reach. Run from anywhere; $1 overrides the include root.
 set -euo pipefail

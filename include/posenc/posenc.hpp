@@ -1,6 +1,8 @@
 #pragma once
-// Umbrella header: every public posenc header that needs only xsimd and the standard library.
-// The HF config reader (needs nlohmann-json) is separate: #include <posenc/hf/config.hpp>.
+// Umbrella header: every public posenc header for inference that needs only xsimd and the standard library.
+// Two rooms are separate: the HF config reader (needs nlohmann-json), #include <posenc/hf/config.hpp>,
+// and training's backward passes, which inference code need not compile: <posenc/grad/transform.hpp>
+// and <posenc/grad/attention.hpp>.
 
 #include "posenc/absolute/sinusoidal.hpp"
 #include "posenc/bias/alibi.hpp"
