@@ -61,6 +61,27 @@ if(has_kv EQUAL -1 OR NOT has_rope EQUAL -1)
   message(FATAL_ERROR "the rows=^kv_cache/ block does not hold exactly its rows:\n${subset}")
 endif()
 
+# A named block: the default run leaves it; --table other fills it with its rows and leaves the rest.
+string(FIND "${updated_1}" "old text of the named block" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "the default --update rewrote the table=other block:\n${updated_1}")
+endif()
+execute_process(COMMAND "${PYTHON}" "${script}" --json "${sample}" --table other --update "${page}" RESULT_VARIABLE rc
+                OUTPUT_QUIET ERROR_VARIABLE err)
+file(READ "${page}" updated_other)
+set(named_marker "<!-- perf-table:begin table=other rows=^rope/ -->")
+string(FIND "${updated_1}" "${named_marker}" at1)
+string(FIND "${updated_other}" "${named_marker}" at2)
+string(SUBSTRING "${updated_1}" 0 ${at1} before_1)
+string(SUBSTRING "${updated_other}" 0 ${at2} before_2)
+string(SUBSTRING "${updated_other}" ${at2} -1 named)
+string(FIND "${named}" "| `rope/S2/half_split` | 300 ns | 160.0 |" has_rope)
+string(FIND "${named}" "kv_cache" has_kv)
+string(FIND "${named}" "old text of the named block" has_stale)
+if(NOT rc EQUAL 0 OR has_rope EQUAL -1 OR NOT has_kv EQUAL -1 OR NOT has_stale EQUAL -1 OR NOT before_1 STREQUAL before_2)
+  message(FATAL_ERROR "--table other did not rewrite exactly its block (rc ${rc}, ${err}):\n${updated_other}")
+endif()
+
 file(WRITE "${WORK_DIR}/no-markers.md" "# no markers\n")
 execute_process(COMMAND "${PYTHON}" "${script}" --json "${sample}" --update "${WORK_DIR}/no-markers.md"
                 RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)

@@ -13,7 +13,9 @@ the number of repetitions. With --update FILE..., it replaces the text between t
 in each file instead of printing, so that the tables and the command that produced them cannot drift
 apart. When it runs the benchmark, --save-json FILE keeps the JSON with what the script recorded (CPU
 model, kernels, compiler, command) under context.posenc_perf_table, so the same table can be written
-again from the file.
+again from the file. A marker may name its table (<!-- perf-table:begin table=NAME -->, before any
+rows=): `--table NAME` updates only those blocks, and the default only the unnamed ones — e.g. an AVX2
+table written from a run under POSENC_SIMD_MAX_ARCH=avx2, which the recorded command then carries.
 
 Regenerate README.md's and docs/performance.md's tables (about ten minutes on 2 cores):
     python3 tools/perf-table.py --bench build/bench/posenc-bench --repetitions 5 --min-time 0.2 \\
@@ -29,10 +31,11 @@ import subprocess
 import sys
 
 # The benchmarks of the published tables: rotary (float, 16-bit, fused norm, decode), the KV-cache
-# append, attention prefill (S5) and decode (S6), on one and two threads.
+# append, attention prefill (S5) and decode (S6), on one and two threads, and the backward passes.
 DEFAULT_FILTER = (r"^(rope/S1/|rope/S3/|rope/S2/|rope/S1-bf16/|rope/S1-fp16/|rope/S1-qknorm/|"
-                  r"kv_cache/append|attention/S5/|attention/S5-rope/|attention/S6/|attention/S6-bf16/|table/S4)")
-BEGIN = re.compile(r"^<!-- perf-table:begin(?: rows=(?P<rows>\S+))? -->$")
+                  r"kv_cache/append|attention/S5/|attention/S5-rope/|attention/S6/|attention/S6-bf16/|table/S4|"
+                  r"rope_backward/S1/|attention-backward/S5/)")
+BEGIN = re.compile(r"^<!-- perf-table:begin(?: table=(?P<table>\S+))?(?: rows=(?P<rows>\S+))? -->$")
 END = "<!-- perf-table:end -->"
 TIMING_SUFFIXES = ("/manual_time", "/real_time")
 
@@ -89,12 +92,15 @@ def run_bench(args):
     data = json.loads(done.stdout)
     # posenc-bench names the kernels the dispatch chose in its summary on stderr.
     kernels = re.search(r"kernels: ([^,)]+)", done.stderr)
+    # A dispatch ceiling in the environment is part of the command that reproduces the table.
+    ceiling = os.environ.get("POSENC_SIMD_MAX_ARCH")
+    prefix = [f"POSENC_SIMD_MAX_ARCH={ceiling}"] if ceiling else []
     data["context"]["posenc_perf_table"] = {
         "cpu_model": cpu_model(),
         "kernels": kernels.group(1) if kernels else "not reported",
         "compiler": compiler_of(args.bench),
-        "command": shlex.join(command),
-        "generator": shlex.join(["python3", "tools/perf-table.py"] + sys.argv[1:]),
+        "command": " ".join(prefix + [shlex.join(command)]),
+        "generator": " ".join(prefix + [shlex.join(["python3", "tools/perf-table.py"] + sys.argv[1:])]),
     }
     return data
 
@@ -186,8 +192,9 @@ def table(rows, data, rows_filter=None):
     return "\n".join(lines) + "\n"
 
 
-def update(path, rows, data):
-    """Replaces every marked block of `path` by its generated table; returns the number of blocks."""
+def update(path, rows, data, table_name=None):
+    """Replaces every marked block of `path` named `table_name` by its generated table; returns the number
+    of blocks."""
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     out, count, i = [], 0, 0
@@ -195,7 +202,7 @@ def update(path, rows, data):
         match = BEGIN.match(lines[i])
         out.append(lines[i])
         i += 1
-        if not match:
+        if not match or match.group("table") != table_name:
             continue
         end = next((j for j in range(i, len(lines)) if lines[j] == END), None)
         if end is None:
@@ -204,7 +211,8 @@ def update(path, rows, data):
         i = end
         count += 1
     if count == 0:
-        sys.exit(f"perf-table: {path} has no '<!-- perf-table:begin -->' marker")
+        named = f" table={table_name}" if table_name else ""
+        sys.exit(f"perf-table: {path} has no '<!-- perf-table:begin{named} -->' marker")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(out))
     return count
@@ -221,6 +229,7 @@ def main():
     parser.add_argument("--save-json", help="keep the JSON of the run here (with what this script recorded)")
     parser.add_argument("--rows", help="only the benchmarks whose name matches this regex (printing only)")
     parser.add_argument("--update", nargs="+", metavar="FILE", help="rewrite the marked blocks of these files")
+    parser.add_argument("--table", help="with --update: the blocks marked table=NAME (default: those without a name)")
     args = parser.parse_args()
 
     if args.json:
@@ -236,7 +245,7 @@ def main():
         sys.exit("perf-table: no benchmarks in the JSON")
     if args.update:
         for path in args.update:
-            print(f"{path}: {update(path, rows, data)} table(s) written")
+            print(f"{path}: {update(path, rows, data, args.table)} table(s) written")
     else:
         sys.stdout.write(table(rows, data, args.rows))
 
