@@ -508,17 +508,34 @@ TEST_CASE("attention_backward rejects bad input before writing anything", "[grad
 }
 
 namespace grad_attention_test {
-/// A transform grad/transform.hpp has no backward for: RoPE behind a type of the test's own, so
-/// attention_backward takes its Jacobian from the forward.
+/// A transform grad/transform.hpp has no backward for: RoPE behind a type of the test's own, declared
+/// linear in x, so attention_backward takes its Jacobian from the forward.
 struct wrapped_rope {
+    static constexpr bool linear_in_x = true;
     posenc::rotary<posenc::half_split> rope;
     void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
         rope.apply(q, k, pos);
     }
 };
+/// The same without the declaration (attention_backward rejects it at compile time), and one that
+/// declares itself not linear (QK-norm before the rotation, as rotary::apply_normed).
+struct undeclared_rope {
+    posenc::rotary<posenc::half_split> rope;
+    void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
+        rope.apply(q, k, pos);
+    }
+};
+struct normed_rope_not_linear {
+    static constexpr bool linear_in_x = false;
+};
+static_assert(posenc::declares_linear_in_x<wrapped_rope>);
+static_assert(!posenc::declares_linear_in_x<undeclared_rope>);
+static_assert(!posenc::declares_linear_in_x<normed_rope_not_linear>);
+static_assert(!posenc::has_transform_backward<wrapped_rope> && !posenc::has_transform_backward<undeclared_rope>);
 }  // namespace grad_attention_test
 
-TEST_CASE("attention_backward equals finite differences: a custom transform without a backward of its own", "[grad]") {
+TEST_CASE("attention_backward equals finite differences: a custom transform declared linear, without a backward of its own",
+          "[grad]") {
     const std::size_t D = 8;
     const grad_attention_test::wrapped_rope wrapped{posenc::rotary<posenc::half_split>({.head_dim = D}, posenc::default_rope{.base = 100})};
     const auto inv = closed_form_inv_freq(100, D);
