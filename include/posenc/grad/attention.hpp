@@ -7,9 +7,17 @@
 //   posenc::attention_partial(enc, q, k, v, out, lse, qpos, kpos, posenc::causal_mask{});   // forward
 //   posenc::attention_backward(enc, q, k, v, out, lse, dout, dq, dk, dv, qpos, kpos, posenc::causal_mask{});
 //
+// Save from the forward the un-transformed q, k, v (there is no queries_transformed), out and lse. The
+// positions come after dout, dq, dk, dv (unlike attention_partial). Q is float; K and V float, bf16 or
+// fp16. The mask, softcap, sequence ids, scale and keys_transformed must be the forward's: none of them
+// can be checked against out and lse.
+//
 // With sinks, attention_partial (which rejects them) is called without them and its part merged with
 // the sinks: merge_attention_partials({{out, lse}}, out, lse, sinks) gives the output and the
-// sink-including log-sum-exp this function needs; then pass the same sinks in options.
+// sink-including log-sum-exp this function needs (dQ, dK, dV see the sinks only through out and lse);
+// then pass the same sinks in options. Sharded or ring: every call takes its queries' global out and
+// lse, the caller sums the calls' dq, dk, dv shares, and param_grads.sinks is asked of one call only
+// (the tables add up across calls).
 //
 // How (FlashAttention-2's backward, on a CPU): nothing of size Tq×Tk is stored. For a query tile
 // (the G query heads of one kv head over up to 64/G tokens) against a key tile of 64 keys, the scores
