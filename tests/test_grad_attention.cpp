@@ -96,15 +96,7 @@ TEST_CASE("attention_backward equals finite differences: ALiBi, T5 (with its tab
         std::vector<param_check> params{{"bias_table", &table, std::vector<float>(table.size())}};
         compared += check_encoding(
             "t5", posenc::attention_encoding{posenc::nope{}, b, posenc::fixed_scale{0.5}},
-            [&] {
-                attn_model m;
-                m.scale = [](std::int64_t) { return 0.5; };
-                m.bias = [&table](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
-                    return static_cast<double>(table[static_cast<std::size_t>(t5_closed_bucket(j - i, true, 8, 6)) * Hq + h]);
-                };
-                return m;
-            },
-            {}, {}, {}, params);
+            [&] { return t5_model(&table, Hq, 8, 6, 0.5); }, {}, {}, {}, params);
     }
     {  // Shaw with RoPE on q and k (the a^K term sees the rotated query)
         const std::int64_t kmax = 2;
@@ -195,16 +187,7 @@ TEST_CASE("attention_backward: a query row that sees no key gets zero gradient",
     for (std::size_t i = 0; i < 2 * 4; ++i) CHECK(g.dq[i] == 0.0f);  // token 0's rows
     std::vector<param_check> none;
     const std::size_t compared = compare_with_differences(
-        "empty row", p,
-        [&] {
-            attn_model m;
-            m.scale = [](std::int64_t) { return 0.5; };
-            m.bias = [&table](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
-                return static_cast<double>(table[static_cast<std::size_t>(t5_closed_bucket(j - i, true, 8, 6)) * 2 + h]);
-            };
-            return m;
-        },
-        see_causal, dout, g, none);
+        "empty row", p, [&] { return t5_model(&table, 2, 8, 6, 0.5); }, see_causal, dout, g, none);
     CHECK(compared == p.q.size() + p.k.size() + p.v.size());
 }
 

@@ -47,15 +47,7 @@ TEST_CASE("attention_backward equals finite differences: T5's table under GQA ov
     std::vector<param_check> params{{"bias_table", &table, std::vector<float>(table.size())}};
     const std::size_t compared = check_encoding(
         "t5 gqa tiles", posenc::attention_encoding{posenc::nope{}, b, posenc::fixed_scale{0.5}},
-        [&] {
-            attn_model m;
-            m.scale = [](std::int64_t) { return 0.5; };
-            m.bias = [&table](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
-                return static_cast<double>(table[static_cast<std::size_t>(t5_closed_bucket(j - i, true, 8, 20)) * Hq + h]);
-            };
-            return m;
-        },
-        {}, {.Tq = 70, .Tk = 70, .Hq = Hq, .Hkv = 2, .D = 8, .Dv = 6, .offset = 3, .stride = 13}, {}, params);
+        [&] { return t5_model(&table, Hq, 8, 20, 0.5); }, {}, {.Tq = 70, .Tk = 70, .Hq = Hq, .Hkv = 2, .D = 8, .Dv = 6, .offset = 3, .stride = 13}, {}, params);
     CHECK(compared > 4 * (n * Hq + 300));
 }
 

@@ -174,4 +174,18 @@ std::size_t check_encoding(const std::string& name, const Enc& enc, const std::f
 
 inline attn_model plain_model() { return attn_model{}; }
 
+/// T5 in the double model: a fixed logit scale and the bias table[bucket(j − i)·heads + h] of a table the
+/// finite differences perturb (read through the pointer at each call), bidirectional buckets from the
+/// closed form.
+inline attn_model t5_model(const std::vector<float>* table, std::size_t heads, std::int64_t num_buckets,
+                           std::int64_t max_distance, double scale) {
+    attn_model m;
+    m.scale = [scale](std::int64_t) { return scale; };
+    m.bias = [=](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
+        const auto bucket = static_cast<std::size_t>(t5_closed_bucket(j - i, true, num_buckets, max_distance));
+        return static_cast<double>((*table)[bucket * heads + h]);
+    };
+    return m;
+}
+
 }  // namespace grad_attention_test
