@@ -1,13 +1,5 @@
-// attention_backward against central finite differences of L = Σ dOut ⊙ attention(...), with the
-// attention computed by the independent double model of tests/support/attention_reference.hpp (every
-// encoding's closed form written there, not posenc's code).
-//
-// Tolerance: the analytic gradient is computed in float (scores, P = exp(S − lse), dS, sums of at most
-// a few dozen terms), so each element carries a relative error of ~1e-6 of the magnitudes involved;
-// the finite difference (step h = 2^-9, the actual steps after float rounding divided out) has a
-// truncation error of h²/6·|L'''| ~ 1e-6 and double rounding ~1e-16/h. 2e-4 of max(1, max |gradient|)
-// leaves room for both and still fails on any wrong term (a dropped scale or bias term moves the
-// gradient by O(1)).
+// attention_backward against central finite differences of L = Σ dOut ⊙ attention(...) in double
+// (support/grad_attention_check.hpp: the model, the method and the tolerance).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -15,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,156 +23,10 @@
 #include "posenc/rope/yarn.hpp"
 #include "posenc/xpos/xpos.hpp"
 #include "support/attention_reference.hpp"
+#include "support/grad_attention_check.hpp"
 #include "support/reference.hpp"
 
 using namespace posenc_test;
-
-namespace grad_attention_test {
-
-constexpr double grad_tolerance = 2e-4;
-constexpr float fd_step = 1.0f / 512.0f;
-
-/// A parameter the finite differences perturb: its float storage (read by the model factory) and the
-/// analytic gradient posenc added to a zeroed span.
-struct param_check {
-    std::string name;
-    std::vector<float>* storage;
-    std::vector<float> grad;
-};
-
-struct grad_result {
-    std::vector<float> dq, dk, dv;
-};
-
-/// The forward (posenc's attention_partial, merged with the sinks when there are some) and the backward.
-template <class Enc, class Mask>
-grad_result run_backward(const attn_problem& p, const Enc& enc, const Mask& mask, const posenc::attention_options& opt,
-                         const std::vector<float>& dout, const posenc::attention_param_grads& pg,
-                         std::vector<float>* out_lse = nullptr) {
-    std::vector<float> out(p.Tq * p.Hq * p.Dv), lse(p.Tq * p.Hq);
-    posenc::heads_view<const float> q(p.q.data(), {p.Tq, p.Hq, p.D}), k(p.k.data(), {p.Tk, p.Hkv, p.D}),
-        v(p.v.data(), {p.Tk, p.Hkv, p.Dv});
-    posenc::heads_view<float> o(out.data(), {p.Tq, p.Hq, p.Dv});
-    const posenc::position_ids qpos(std::span<const std::int64_t>(p.qpos)), kpos(std::span<const std::int64_t>(p.kpos));
-    posenc::attention_options fwd = opt;
-    fwd.sinks = {};
-    posenc::attention_partial(enc, q, k, v, o, lse, qpos, kpos, mask, fwd);
-    if (!opt.sinks.empty()) posenc::merge_attention_partials({posenc::attention_part{o, lse}}, o, lse, opt.sinks);
-    grad_result g{std::vector<float>(p.q.size()), std::vector<float>(p.k.size()), std::vector<float>(p.v.size())};
-    posenc::attention_backward(enc, q, k, v, o, lse, posenc::heads_view<const float>(dout.data(), {p.Tq, p.Hq, p.Dv}),
-                               posenc::heads_view<float>(g.dq.data(), {p.Tq, p.Hq, p.D}),
-                               posenc::heads_view<float>(g.dk.data(), {p.Tk, p.Hkv, p.D}),
-                               posenc::heads_view<float>(g.dv.data(), {p.Tk, p.Hkv, p.Dv}), qpos, kpos, mask, opt, pg);
-    if (out_lse) *out_lse = lse;
-    return g;
-}
-
-double loss_of(const attn_problem& p, const attn_model& m, const visible_fn& vis, const std::vector<float>& dout) {
-    const std::vector<double> out = reference_attention(p, m, vis);
-    double l = 0;
-    for (std::size_t i = 0; i < out.size(); ++i) l += static_cast<double>(dout[i]) * out[i];
-    return l;
-}
-
-/// Central difference of L in x (a float the model reads), dividing by the steps float could take.
-double central_difference(float& x, const std::function<double()>& loss) {
-    const float x0 = x, xp = x0 + fd_step, xm = x0 - fd_step;
-    x = xp;
-    const double lp = loss();
-    x = xm;
-    const double lm = loss();
-    x = x0;
-    return (lp - lm) / (static_cast<double>(xp) - static_cast<double>(xm));
-}
-
-/// Compares each analytic gradient with the finite differences of every element (or of `stride`-spaced
-/// elements for a large case). Returns the number of elements compared.
-std::size_t compare_with_differences(const std::string& name, attn_problem& p, const std::function<attn_model()>& model_of,
-                                     const visible_fn& vis, const std::vector<float>& dout, const grad_result& g,
-                                     std::vector<param_check>& params, std::size_t stride = 1) {
-    const auto loss = [&] { return loss_of(p, model_of(), vis, dout); };
-    std::size_t compared = 0;
-    auto check = [&](const std::string& what, std::vector<float>& x, const std::vector<float>& grad) {
-        REQUIRE(x.size() == grad.size());
-        std::vector<double> fd, got;
-        for (std::size_t i = 0; i < x.size(); i += stride) {
-            fd.push_back(central_difference(x[i], loss));
-            got.push_back(grad[i]);
-        }
-        double scale = 1.0, worst = 0.0;
-        for (double f : fd) scale = std::max(scale, std::abs(f));
-        for (std::size_t i = 0; i < fd.size(); ++i) worst = std::max(worst, std::abs(got[i] - fd[i]));
-        INFO(name << ": d" << what << " worst |analytic - finite difference| " << worst << " of scale " << scale);
-        CHECK(worst <= grad_tolerance * scale);
-        compared += fd.size();
-    };
-    check("q", p.q, g.dq);
-    check("k", p.k, g.dk);
-    check("v", p.v, g.dv);
-    for (param_check& pc : params) check(pc.name, *pc.storage, pc.grad);
-    return compared;
-}
-
-struct mask_case {
-    std::string name;
-    visible_fn visible;
-};
-
-std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0)) ? 1 : 0); }
-
-const visible_fn see_all = [](std::int64_t, std::int64_t) { return true; };
-const visible_fn see_causal = [](std::int64_t i, std::int64_t j) { return j <= i; };
-const visible_fn see_window3 = [](std::int64_t i, std::int64_t j) { return j <= i && i - j < 3; };
-const visible_fn see_chunk4 = [](std::int64_t i, std::int64_t j) { return j <= i && floor_div(i, 4) == floor_div(j, 4); };
-
-/// f(name, mask, visible) for the four masks.
-template <class F>
-void for_each_mask(const F& f) {
-    f("none", posenc::no_mask{}, see_all);
-    f("causal", posenc::causal_mask{}, see_causal);
-    f("sliding_window 3", posenc::sliding_window_mask{3}, see_window3);
-    f("chunked 4", posenc::chunked_mask{4}, see_chunk4);
-}
-
-struct case_shape {
-    std::size_t Tq = 7, Tk = 9, Hq = 2, Hkv = 2, D = 8, Dv = 6;
-    std::int64_t offset = 5;
-};
-
-/// One encoding over the four masks: every gradient against finite differences.
-template <class Enc>
-std::size_t check_encoding(const std::string& name, const Enc& enc, const std::function<attn_model()>& model_of,
-                           const posenc::attention_options& opt = {}, case_shape cs = {},
-                           const std::function<void(attn_problem&)>& edit = {},
-                           std::vector<param_check> params = {}, std::vector<float>* sink_storage = nullptr) {
-    std::size_t compared = 0;
-    std::uint32_t seed = 100;
-    for_each_mask([&](const char* mname, const auto& mask, const visible_fn& vis) {
-        attn_problem p = make_attn_problem(cs.Tq, cs.Tk, cs.Hq, cs.Hkv, cs.D, cs.Dv, seed, cs.offset);
-        if (edit) edit(p);
-        const std::vector<float> dout = random_floats(cs.Tq * cs.Hq * cs.Dv, seed + 7, 1.0f);
-        seed += 10;
-        posenc::attention_options o = opt;
-        if (!p.qseq.empty()) o.query_sequence = p.qseq, o.key_sequence = p.kseq;
-        for (param_check& pc : params) std::fill(pc.grad.begin(), pc.grad.end(), 0.0f);
-        posenc::attention_param_grads pg;
-        for (param_check& pc : params) {
-            if (pc.name == "bias_table") pg.bias_table = pc.grad;
-            if (pc.name == "shaw_keys") pg.shaw_keys = pc.grad;
-            if (pc.name == "shaw_values") pg.shaw_values = pc.grad;
-            if (pc.name == "sinks") pg.sinks = pc.grad;
-        }
-        if (sink_storage) o.sinks = *sink_storage;
-        const grad_result g = run_backward(p, enc, mask, o, dout, pg);
-        compared += compare_with_differences(name + " mask " + mname, p, model_of, vis, dout, g, params);
-    });
-    return compared;
-}
-
-attn_model plain_model() { return attn_model{}; }
-
-}  // namespace grad_attention_test
-
 using namespace grad_attention_test;
 
 TEST_CASE("attention_backward equals finite differences: NoPE, RoPE (both layouts, YaRN's amplitude), xPos", "[grad]") {
@@ -249,15 +96,7 @@ TEST_CASE("attention_backward equals finite differences: ALiBi, T5 (with its tab
         std::vector<param_check> params{{"bias_table", &table, std::vector<float>(table.size())}};
         compared += check_encoding(
             "t5", posenc::attention_encoding{posenc::nope{}, b, posenc::fixed_scale{0.5}},
-            [&] {
-                attn_model m;
-                m.scale = [](std::int64_t) { return 0.5; };
-                m.bias = [&table](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
-                    return static_cast<double>(table[static_cast<std::size_t>(t5_closed_bucket(j - i, true, 8, 6)) * Hq + h]);
-                };
-                return m;
-            },
-            {}, {}, {}, params);
+            [&] { return t5_model(&table, Hq, 8, 6, 0.5); }, {}, {}, {}, params);
     }
     {  // Shaw with RoPE on q and k (the a^K term sees the rotated query)
         const std::int64_t kmax = 2;
@@ -348,16 +187,7 @@ TEST_CASE("attention_backward: a query row that sees no key gets zero gradient",
     for (std::size_t i = 0; i < 2 * 4; ++i) CHECK(g.dq[i] == 0.0f);  // token 0's rows
     std::vector<param_check> none;
     const std::size_t compared = compare_with_differences(
-        "empty row", p,
-        [&] {
-            attn_model m;
-            m.scale = [](std::int64_t) { return 0.5; };
-            m.bias = [&table](std::size_t h, std::int64_t i, std::int64_t j, const std::vector<double>&) {
-                return static_cast<double>(table[static_cast<std::size_t>(t5_closed_bucket(j - i, true, 8, 6)) * 2 + h]);
-            };
-            return m;
-        },
-        see_causal, dout, g, none);
+        "empty row", p, [&] { return t5_model(&table, 2, 8, 6, 0.5); }, see_causal, dout, g, none);
     CHECK(compared == p.q.size() + p.k.size() + p.v.size());
 }
 
@@ -403,25 +233,36 @@ TEST_CASE("attention_backward: T5 and Shaw parameter gradients and sinks are bit
     const std::size_t D = 8, Dv = 8;
     std::vector<float> ak = random_floats(9 * D, 71, 0.5f), av = random_floats(9 * Dv, 72, 1.0f);
     const posenc::shaw_rpr shaw({.max_distance = 4}, ak, D, av, Dv);
-    const posenc::attention_encoding enc{posenc::nope{}, shaw};
-    // One kv head: 1 thread runs the single sweep, 2 and 3 threads the two passes.
+    const posenc::t5_bias t5({.num_buckets = 8, .max_distance = 20, .bidirectional = false}, 2, random_floats(8 * 2, 75, 1.0f));
+    // One kv head, G = 2: five query tiles of 32 tokens; 1 thread runs the single sweep, 2 and 3 threads
+    // the two passes (one table buffer per query tile, summed in order).
     const attn_problem p = make_attn_problem(140, 140, 2, 1, D, Dv, 73, 0);
     const std::vector<float> dout = random_floats(140 * 2 * Dv, 74, 1.0f);
     const std::vector<float> sinks = {0.25f, 1.0f};
-    std::vector<std::vector<float>> results;
-    for (unsigned threads : {1u, 2u, 3u}) {
-        std::vector<float> gk(ak.size(), 1.0f), gv(av.size(), 1.0f), gs(2, 1.0f);
+    const auto run_threads = [&](const auto& enc, unsigned threads, posenc::attention_param_grads pg) {
         posenc::attention_options o;
         o.threads = threads;
         o.min_fmas_per_thread = 0;
         o.sinks = sinks;
-        const grad_result g = run_backward(p, enc, posenc::causal_mask{}, o, dout, {.shaw_keys = gk, .shaw_values = gv, .sinks = gs});
+        const grad_result g = run_backward(p, enc, posenc::causal_mask{}, o, dout, pg);
         std::vector<float> all = g.dq;
-        for (const std::vector<float>* x : std::initializer_list<const std::vector<float>*>{&g.dk, &g.dv, &gk, &gv, &gs}) all.insert(all.end(), x->begin(), x->end());
-        results.push_back(all);
+        for (const std::vector<float>* x : {&g.dk, &g.dv}) all.insert(all.end(), x->begin(), x->end());
+        for (const std::span<float> x : {pg.bias_table, pg.shaw_keys, pg.shaw_values, pg.sinks}) all.insert(all.end(), x.begin(), x.end());
+        return all;
+    };
+    std::vector<std::vector<float>> shaw_results, t5_results;
+    for (unsigned threads : {1u, 2u, 3u}) {
+        std::vector<float> gk(ak.size(), 1.0f), gv(av.size(), 1.0f), gs(2, 1.0f), gt(8 * 2, 1.0f);
+        shaw_results.push_back(run_threads(posenc::attention_encoding{posenc::nope{}, shaw}, threads,
+                                           {.shaw_keys = gk, .shaw_values = gv, .sinks = gs}));
+        std::fill(gs.begin(), gs.end(), 1.0f);
+        t5_results.push_back(run_threads(posenc::attention_encoding{posenc::nope{}, t5, posenc::fixed_scale{0.5}}, threads,
+                                         {.bias_table = gt, .sinks = gs}));
     }
-    CHECK(same_bits(results[1], results[0]));
-    CHECK(same_bits(results[2], results[0]));
+    for (std::size_t i = 1; i < 3; ++i) {
+        CHECK(same_bits(shaw_results[i], shaw_results[0]));
+        CHECK(same_bits(t5_results[i], t5_results[0]));
+    }
 }
 
 TEST_CASE("attention_backward with bf16 K and V equals the float call on the same values", "[grad]") {
@@ -508,17 +349,34 @@ TEST_CASE("attention_backward rejects bad input before writing anything", "[grad
 }
 
 namespace grad_attention_test {
-/// A transform grad/transform.hpp has no backward for: RoPE behind a type of the test's own, so
-/// attention_backward takes its Jacobian from the forward.
+/// A transform grad/transform.hpp has no backward for: RoPE behind a type of the test's own, declared
+/// linear in x, so attention_backward takes its Jacobian from the forward.
 struct wrapped_rope {
+    static constexpr bool linear_in_x = true;
     posenc::rotary<posenc::half_split> rope;
     void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
         rope.apply(q, k, pos);
     }
 };
+/// The same without the declaration (attention_backward rejects it at compile time), and one that
+/// declares itself not linear (QK-norm before the rotation, as rotary::apply_normed).
+struct undeclared_rope {
+    posenc::rotary<posenc::half_split> rope;
+    void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
+        rope.apply(q, k, pos);
+    }
+};
+struct normed_rope_not_linear {
+    static constexpr bool linear_in_x = false;
+};
+static_assert(posenc::declares_linear_in_x<wrapped_rope>);
+static_assert(!posenc::declares_linear_in_x<undeclared_rope>);
+static_assert(!posenc::declares_linear_in_x<normed_rope_not_linear>);
+static_assert(!posenc::has_transform_backward<wrapped_rope> && !posenc::has_transform_backward<undeclared_rope>);
 }  // namespace grad_attention_test
 
-TEST_CASE("attention_backward equals finite differences: a custom transform without a backward of its own", "[grad]") {
+TEST_CASE("attention_backward equals finite differences: a custom transform declared linear, without a backward of its own",
+          "[grad]") {
     const std::size_t D = 8;
     const grad_attention_test::wrapped_rope wrapped{posenc::rotary<posenc::half_split>({.head_dim = D}, posenc::default_rope{.base = 100})};
     const auto inv = closed_form_inv_freq(100, D);

@@ -7,9 +7,17 @@
 //   posenc::attention_partial(enc, q, k, v, out, lse, qpos, kpos, posenc::causal_mask{});   // forward
 //   posenc::attention_backward(enc, q, k, v, out, lse, dout, dq, dk, dv, qpos, kpos, posenc::causal_mask{});
 //
+// Save from the forward the un-transformed q, k, v (there is no queries_transformed), out and lse. The
+// positions come after dout, dq, dk, dv (unlike attention_partial). Q is float; K and V float, bf16 or
+// fp16. The mask, softcap, sequence ids, scale and keys_transformed must be the forward's: none of them
+// can be checked against out and lse.
+//
 // With sinks, attention_partial (which rejects them) is called without them and its part merged with
 // the sinks: merge_attention_partials({{out, lse}}, out, lse, sinks) gives the output and the
-// sink-including log-sum-exp this function needs; then pass the same sinks in options.
+// sink-including log-sum-exp this function needs (dQ, dK, dV see the sinks only through out and lse);
+// then pass the same sinks in options. Sharded or ring: every call takes its queries' global out and
+// lse, the caller sums the calls' dq, dk, dv shares, and param_grads.sinks is asked of one call only
+// (the tables add up across calls).
 //
 // How (FlashAttention-2's backward, on a CPU): nothing of size Tq×Tk is stored. For a query tile
 // (the G query heads of one kv head over up to 64/G tokens) against a key tile of 64 keys, the scores
@@ -19,15 +27,18 @@
 // fixed order whatever the thread count (bit-identical results for any count, no atomics):
 //   pass 1, one work item per (kv head, key tile), over every query tile: dV += Pᵀ·dO, dK += s·dSᵀ·T(Q);
 //   pass 2, one work item per (kv head, query tile), over every key tile: dQ += s·dS·T(K) and the
-//   parameter gradients (into one buffer per item, added to the caller's in item order at the end).
+//   parameter gradients (into buffers summed in a fixed order and added to the caller's at the end).
 // With no more threads than kv heads, one item per kv head does both passes' sums in one sweep (each
 // block's scores computed once instead of twice), in the same order with the same steps: the same bits.
 // Then the transform's transpose Jacobian takes dT(Q), dT(K) back to dQ, dK at their positions
-// (keys_transformed: dK stays with respect to the transformed keys the call was given).
+// (keys_transformed: dK stays with respect to the transformed keys the call was given); a transform
+// without a transform_backward must declare `static constexpr bool linear_in_x = true;`, else it does
+// not compile (grad/detail/transform_transpose.hpp).
 //
 // Extra memory per thread is O(tile), plus a kv head's transformed Q, dO and dQ in the one-sweep case
-// (about the size of q, dout and dq in all); parameter gradients add one table-sized buffer per pass-2
-// item (only for the tables asked for). dq, dk, dv are overwritten; parameter gradients are added to.
+// (about the size of q, dout and dq in all); parameter gradients add float buffers the items add to
+// (T5: one table per query tile; Shaw: one a^K/a^V pair per pass-2 item, see docs/gradients.md for the
+// bytes). dq, dk, dv are overwritten; parameter gradients are added to.
 // Every check runs before anything is written: the forward's (shapes, positions, mask, sinks, sequence
 // ids, bias, scale, transform) and dout/dq/dk/dv shapes, lse's size and values, overlaps, and the
 // parameter-gradient spans' sizes.
@@ -167,7 +178,7 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
 
     const std::size_t table = pg.bias_table.size() + pg.shaw_keys.size() + pg.shaw_values.size();
     const std::size_t query_items = qtiles * Hkv;
-    std::vector<float> tables(table * query_items);
+    std::vector<float> tables(table * call.table_buffers());  // zeros: the items add their shares to them
     if (wanted <= Hkv) {  // a kv head per item, each block once (the two passes' bits)
         run_round_robin(static_cast<unsigned>(wanted), opt, Hkv, [&](std::size_t hk, std::size_t tid) {
             call.head_item(hk, scratch[tid], dq, dk, dv, pg, tables);
@@ -179,13 +190,13 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
         run_round_robin(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(query_items, 1))), opt, query_items,
                         [&](std::size_t item, std::size_t tid) {
                             call.query_item(item % Hkv, item / Hkv, scratch[tid], dq, pg,
-                                            std::span<float>(tables.data() + item * table, table));
+                                            std::span<float>(tables.data() + call.table_buffer(item / Hkv, item % Hkv) * table, table));
                         });
     }
-    if (table > 0) {  // the items' shares, summed in item order
+    if (table > 0) {  // the buffers, summed in order
         std::vector<double> sum(table, 0.0);
-        for (std::size_t item = 0; item < query_items; ++item)
-            for (std::size_t i = 0; i < table; ++i) sum[i] += tables[item * table + i];
+        for (std::size_t b = 0; b < call.table_buffers(); ++b)
+            for (std::size_t i = 0; i < table; ++i) sum[i] += tables[b * table + i];
         std::size_t at = 0;
         for (const std::span<float> s : {pg.bias_table, pg.shaw_keys, pg.shaw_values})
             for (float& g : s) g += static_cast<float>(sum[at++]);

@@ -6,7 +6,8 @@
 //   rope.apply(q, k, positions);                                // forward
 //   ...                                                         // dq, dk = ∂L/∂(rotated q, k)
 //   posenc::transform_backward(rope, dq, dk, positions);        // now ∂L/∂(q, k) before the rotation
-//   posenc::transform_backward_queries(xp, dq, q_positions);    // one side (xPos scales the two differently)
+//   posenc::transform_backward_queries(rope, dq, q_positions);  // one side (Q and K at different positions;
+//   posenc::transform_backward_keys(rope, dk, k_positions);     // xPos scales the two sides differently)
 //
 // What Jᵀ is, per transform (each pair (x₁, x₂) of the rotary dims; dims past rotary_dim pass dY through):
 //   rotary<Layout>, any_rotary, table_transform   a·R(θ)ᵀ = a·R(−θ), a the amplitude (YaRN's attention
@@ -15,12 +16,15 @@
 //                                                 for queries, ζ^(−(p−c)/scale_base) for keys
 //   multi_axis_rotary<Layout> (M-RoPE, 2-D)       a·R(−θ) with each pair's angle from its axis
 //   nope                                          the identity (the token counts are still checked)
+// rotary::apply_normed (per-head RMSNorm fused with RoPE) has no backward here: run transform_backward
+// on dY for the rotation, then the norm's backward of your own.
 // Each runs the forward's SIMD kernels with the transposed rotation (the kernels' inverse direction
 // negates the sines and keeps whatever scale the row carries), so the same views (any strides,
 // float/bf16/fp16 in place: dY read as float32, dX rounded once to the view's type), the same checks
 // (before anything is written), the same threads and executor, and the same bits whatever the thread
 // count as the forward.
 
+#include <concepts>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -191,12 +195,23 @@ void backward(const Transform& t, heads_view<T> dq, heads_view<T> dk, const posi
 }  // namespace detail::transform_grad
 
 /// True for the transforms transform_backward has a closed form for; the others are rejected there at
-/// compile time (grad/attention.hpp falls back to the transform's forward for them).
+/// compile time (grad/attention.hpp builds their Jacobian from the forward only when they declare
+/// declares_linear_in_x below).
 template <class T>
 inline constexpr bool has_transform_backward =
     std::is_same_v<T, any_rotary> || std::is_same_v<T, nope> || detail::transform_grad::is_rotary<T>::value ||
     detail::transform_grad::is_table_transform<T>::value || detail::transform_grad::is_xpos<T>::value ||
     detail::transform_grad::is_multi_axis<T>;
+
+/// True when T declares `static constexpr bool linear_in_x = true;`: at a fixed position T(x) = J(pos)·x
+/// with the same J for every head. attention_backward then takes J's columns from T's forward on the
+/// basis vectors; a transform with neither this nor a transform_backward is a compile-time error there,
+/// since a forward that is not linear in x (a norm before the rotation, as rotary::apply_normed) would
+/// give a silently wrong gradient.
+template <class T>
+inline constexpr bool declares_linear_in_x = requires {
+    { std::bool_constant<T::linear_in_x>{} } -> std::same_as<std::true_type>;
+};
 
 /// dq ← J_T(pos)ᵀ·dq and dk ← J_T(pos)ᵀ·dk in place, Q and K at the same positions; either view may be
 /// empty. float storage.

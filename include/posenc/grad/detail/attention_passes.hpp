@@ -293,13 +293,21 @@ struct grad_call {
         store_keys(hk, kt, w, dk, dv);
     }
 
+    /// Which parameter-gradient buffer the pass-2 item (query tile qt, kv head hk) adds to: T5's items
+    /// write only their kv head's G columns, so a query tile's Hkv items share one table; Shaw's a^K and
+    /// a^V rows are every head's, so each item has its own.
+    [[nodiscard]] std::size_t table_buffer(std::size_t qt, std::size_t hk) const noexcept {
+        return is_t5_bias<bias_type> ? qt : qt * sh.Hkv + hk;
+    }
+    [[nodiscard]] std::size_t table_buffers() const noexcept { return table_buffer(query_tiles(), 0); }
+
     /// Pass 2: dQ (w.r.t. the transformed queries) of query tile `qtile` of kv head hk, and this item's
-    /// share of the parameter gradients into `table` (bias table, then a^K, then a^V, as asked for).
+    /// share of the parameter gradients added into `table` (zeroed by the caller; bias table, then a^K,
+    /// then a^V, as asked for).
     void query_item(std::size_t hk, std::size_t qtile, grad_scratch& w, const heads_view<float>& dq,
                     const attention_param_grads& pg, std::span<float> table) const {
         const grad_query_tile t = load_queries(hk, qtile, w);
         std::fill_n(w.acc_q.begin(), t.rows_pad * sh.stride_d, 0.0f);
-        std::fill(table.begin(), table.end(), 0.0f);
         for (std::size_t kti = 0; kti < key_tiles(); ++kti) {
             const grad_key_tile_info kt = key_tile(kti);
             const tile_visibility vis = classify(t, kt);
@@ -317,7 +325,7 @@ struct grad_call {
     /// each query tile's dQ accumulated in w.head_dq. Every sum runs in the passes' order with the same
     /// steps, so the results are the passes' bits; the caller uses it when there are no more threads
     /// than kv heads (the head's rows and dQ then total about the size of q, dout and dq).
-    /// `tables`: every pass-2 item's share, as there.
+    /// `tables`: the pass-2 items' buffers (table_buffer), zeroed by the caller.
     void head_item(std::size_t hk, grad_scratch& w, const heads_view<float>& dq, const heads_view<float>& dk,
                    const heads_view<float>& dv, const attention_param_grads& pg, std::span<float> tables) const {
         const std::size_t table = pg.bias_table.size() + pg.shaw_keys.size() + pg.shaw_values.size();
@@ -331,8 +339,6 @@ struct grad_call {
             w.current = qt;
             w.rows().tile = load_queries(hk, qt, w);
         }
-        for (std::size_t qt = 0; qt < query_tiles(); ++qt)
-            std::fill_n(tables.begin() + static_cast<std::ptrdiff_t>((qt * sh.Hkv + hk) * table), table, 0.0f);
         for (std::size_t kti = 0; kti < key_tiles(); ++kti) {
             const grad_key_tile_info kt = key_tile(kti);
             std::fill_n(w.acc_k.begin(), kt.nk * sh.stride_d, 0.0f);
@@ -346,7 +352,7 @@ struct grad_call {
                 if (!loaded) load_keys(hk, kt, w), loaded = true;
                 block(t, kt, vis, w, raw_ds ? nullptr : w.rows().row_scale.data());
                 query_side(t, kt, w, w.head_dq.data() + qt * tile_acc, pg,
-                           tables.subspan((qt * sh.Hkv + hk) * table, table));  // leaves s·dS in w.ds
+                           tables.subspan(table_buffer(qt, hk) * table, table));  // leaves s·dS in w.ds
                 key_side(t, kt, w);
             }
             store_keys(hk, kt, w, dk, dv);

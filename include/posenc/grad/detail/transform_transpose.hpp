@@ -1,9 +1,10 @@
 #pragma once
 // dX = J_T(pos)ᵀ·dY for a Q/K transform T, in place: grad/transform.hpp's transform_backward for the
-// transforms it knows (rotary, any_rotary, table_transform, xPos, NoPE), else from T's forward alone.
-// A Q/K transform is linear in x at a fixed position, so column c of J is T(e_c), and one forward call
-// on the D basis vectors (as D heads of one token) gives J for a token: O(D²) per token and head, small
-// next to attention's O(Tk·D) per row, for a custom transform that has no backward of its own.
+// transforms it knows (rotary, any_rotary, table_transform, xPos, M-RoPE, NoPE), else, only for a T
+// that declares `static constexpr bool linear_in_x = true;` (declares_linear_in_x), from T's forward:
+// such a T is linear in x at a fixed position with the same map for every head, so column c of J is
+// T(e_c), and one forward call on the D basis vectors (as D heads of one token) gives J for a token.
+// O(D²) per token and head, small next to attention's O(Tk·D) per row.
 
 #include <algorithm>
 #include <cstddef>
@@ -28,6 +29,12 @@ void grad_transform_transpose(const Transform& t, const heads_view<float>& dx, c
         else
             transform_backward_queries(t, dx, pos);
     } else {
+        static_assert(declares_linear_in_x<Transform>,
+                      "posenc::attention_backward: this Q/K transform has no transform_backward, and its Jacobian "
+                      "can be built from its forward only if it is linear in x at a fixed position, the same for "
+                      "every head. If it is, declare `static constexpr bool linear_in_x = true;` in it. If not (a "
+                      "norm before the rotation, as rotary::apply_normed), give attention_backward the part that "
+                      "has a backward (the rotary, on normalised q and k) and run the rest's backward on dq, dk yourself");
         const std::size_t D = dx.head_dim(), T = dx.tokens(), H = dx.heads();
         if (T == 0 || H == 0 || D == 0) return;
         std::vector<float> basis(D * D), row(D);
