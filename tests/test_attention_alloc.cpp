@@ -1,9 +1,13 @@
 // attention's extra memory is O(tile), independent of the sequence length: this translation unit
 // replaces the global operator new (for the whole test program; it only counts while a counter is
 // armed; every form is replaced so that new and delete always pair, also under AddressSanitizer) and
-// compares the allocations of T = 1024 and T = 8192. The one-token rotary call's none is counted
-// here too (the program's only counting operator new).
+// compares the allocations of T = 1024 and T = 8192 (and the backward's with Shaw's tables, T = 256
+// and 4096). The one-token rotary call's none is counted here too (the program's only counting
+// operator new).
 #include <posenc/attention/attention.hpp>
+#include <posenc/attention/partial.hpp>
+#include <posenc/attention/shaw.hpp>
+#include <posenc/grad/attention.hpp>
 #include <posenc/posenc.hpp>
 
 #include <atomic>
@@ -152,4 +156,39 @@ TEST_CASE("a one-token rotary call allocates nothing and never reaches the execu
     // Positive control: the counter sees an allocation made while it is armed.
     std::vector<std::unique_ptr<float>> kept;
     CHECK(allocations_of([&] { kept.push_back(std::make_unique<float>(1.0f)); }) >= 1);
+}
+
+TEST_CASE("attention_backward's Shaw parameter gradients need memory independent of the query count", "[grad][memory]") {
+    // One buffer of a^K and a^V gradients per query tile would add 64 tiles · 2 heads · 2·(2·64+1)·16
+    // floats (2.1 MB) from T = 256 to T = 4096; in waves the buffers are a few, reused. What does grow
+    // with T is per-row data (Δ, 4 bytes per row): bounded here by 64 bytes per (token, head).
+    const std::size_t D = 16, H = 2, kmax = 64;
+    const std::vector<float> ak((2 * kmax + 1) * D, 0.01f), av(ak.size(), 0.02f);
+    const posenc::shaw_rpr shaw({.max_distance = kmax}, ak, D, av, D);
+    const posenc::attention_encoding enc{posenc::nope{}, shaw};
+    auto bytes_for = [&](std::size_t T) {
+        std::vector<float> q(T * H * D, 0.1f), k(q.size(), 0.2f), v(q.size(), 0.3f), out(q.size()), lse(T * H),
+            dout(q.size(), 0.05f), dq(q.size()), dk(q.size()), dv(q.size()), gk((2 * kmax + 1) * D), gv(gk.size());
+        const posenc::heads_view<const float> qv(q.data(), {T, H, D}), kv(k.data(), {T, H, D}), vv(v.data(), {T, H, D});
+        const auto pos = posenc::position_ids::consecutive(0, T);
+        posenc::attention_partial(enc, qv, kv, vv, posenc::heads_view<float>(out.data(), {T, H, D}), lse, pos, pos,
+                                  posenc::causal_mask{});
+        auto backward = [&] {
+            posenc::attention_backward(enc, qv, kv, vv, posenc::heads_view<const float>(out.data(), {T, H, D}), lse,
+                                       posenc::heads_view<const float>(dout.data(), {T, H, D}),
+                                       posenc::heads_view<float>(dq.data(), {T, H, D}), posenc::heads_view<float>(dk.data(), {T, H, D}),
+                                       posenc::heads_view<float>(dv.data(), {T, H, D}), pos, pos, posenc::causal_mask{}, {},
+                                       {.shaw_keys = gk, .shaw_values = gv});
+        };
+        backward();
+        bytes = 0;
+        armed = true;
+        backward();
+        armed = false;
+        return bytes.load();
+    };
+    const std::size_t small = bytes_for(256), large = bytes_for(4096);
+    INFO("T=256: " << small << " bytes; T=4096: " << large << " bytes");
+    CHECK(small > 0);
+    CHECK(large <= small + 64 * (4096 - 256) * H);
 }

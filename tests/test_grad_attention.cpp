@@ -234,8 +234,9 @@ TEST_CASE("attention_backward: T5 and Shaw parameter gradients and sinks are bit
     std::vector<float> ak = random_floats(9 * D, 71, 0.5f), av = random_floats(9 * Dv, 72, 1.0f);
     const posenc::shaw_rpr shaw({.max_distance = 4}, ak, D, av, Dv);
     const posenc::t5_bias t5({.num_buckets = 8, .max_distance = 20, .bidirectional = false}, 2, random_floats(8 * 2, 75, 1.0f));
-    // One kv head, G = 2: five query tiles of 32 tokens; 1 thread runs the single sweep, 2 and 3 threads
-    // the two passes (one table buffer per query tile, summed in order).
+    // One kv head, G = 2: five query tiles of 32 tokens. T5: 1 thread runs the single sweep, 2 and 3
+    // threads the two passes (one table buffer per query tile, summed in order). Shaw: the two passes
+    // always, pass 2 in waves of 4 query tiles a thread (two waves on 1 thread, one on 2 and 3).
     const attn_problem p = make_attn_problem(140, 140, 2, 1, D, Dv, 73, 0);
     const std::vector<float> dout = random_floats(140 * 2 * Dv, 74, 1.0f);
     const std::vector<float> sinks = {0.25f, 1.0f};

@@ -37,8 +37,8 @@
 //
 // Extra memory per thread is O(tile), plus a kv head's transformed Q, dO and dQ in the one-sweep case
 // (about the size of q, dout and dq in all); parameter gradients add float buffers the items add to
-// (T5: one table per query tile; Shaw: one a^K/a^V pair per pass-2 item, see docs/gradients.md for the
-// bytes). dq, dk, dv are overwritten; parameter gradients are added to.
+// (T5: one table per query tile; Shaw: one a^K/a^V pair per item of a wave of pass 2, independent of
+// Tq; docs/gradients.md gives the bytes). dq, dk, dv are overwritten; parameter gradients are added to.
 // Every check runs before anything is written: the forward's (shapes, positions, mask, sinks, sequence
 // ids, bias, scale, transform) and dout/dq/dk/dv shapes, lse's size and values, overlaps, and the
 // parameter-gradient spans' sizes.
@@ -177,26 +177,43 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
     for (std::size_t i = 0; i < wanted; ++i) scratch.emplace_back(sh);
 
     const std::size_t table = pg.bias_table.size() + pg.shaw_keys.size() + pg.shaw_values.size();
-    const std::size_t query_items = qtiles * Hkv;
-    std::vector<float> tables(table * call.table_buffers());  // zeros: the items add their shares to them
-    if (wanted <= Hkv) {  // a kv head per item, each block once (the two passes' bits)
+    std::vector<double> sum(table, 0.0);  // the parameter gradients: the items' buffers, added in buffer order
+    auto add_buffers = [&](const std::vector<float>& buffers, std::size_t count) {
+        for (std::size_t b = 0; b < count; ++b)
+            for (std::size_t i = 0; i < table; ++i) sum[i] += buffers[b * table + i];
+    };
+    // Shaw's tables are (2·max_distance+1)·(D+Dv) floats: a buffer per query item would grow with Tq, so
+    // its pass 2 runs in waves of query items whose buffers are added (in buffer order, as all at once
+    // would be: the same bits) before the next wave reuses them.
+    const bool shaw_waves = !pg.shaw_keys.empty() || !pg.shaw_values.empty();
+    if (wanted <= Hkv && !shaw_waves) {  // a kv head per item, each block once (the two passes' bits)
+        std::vector<float> tables(table * call.table_buffers());  // zeros: the items add their shares to them
         run_round_robin(static_cast<unsigned>(wanted), opt, Hkv, [&](std::size_t hk, std::size_t tid) {
             call.head_item(hk, scratch[tid], dq, dk, dv, pg, tables);
         });
+        add_buffers(tables, call.table_buffers());
     } else {
         const std::size_t key_items = ktiles * Hkv;
         run_round_robin(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(key_items, 1))), opt, key_items,
                         [&](std::size_t item, std::size_t tid) { call.key_item(item % Hkv, item / Hkv, scratch[tid], dk, dv); });
-        run_round_robin(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(query_items, 1))), opt, query_items,
-                        [&](std::size_t item, std::size_t tid) {
-                            call.query_item(item % Hkv, item / Hkv, scratch[tid], dq, pg,
-                                            std::span<float>(tables.data() + call.table_buffer(item / Hkv, item % Hkv) * table, table));
-                        });
+        // A wave is whole query tiles (a T5 buffer is shared by a tile's kv heads): all of them at once
+        // without Shaw, else about 4 items a thread.
+        const std::size_t wave_tiles =
+            shaw_waves ? std::max<std::size_t>(1, 4 * wanted / Hkv) : std::max<std::size_t>(qtiles, 1);
+        std::vector<float> tables(table * call.table_buffer(std::min(wave_tiles, qtiles), 0));
+        for (std::size_t qt0 = 0; qt0 < qtiles; qt0 += wave_tiles) {
+            const std::size_t tiles = std::min(wave_tiles, qtiles - qt0), items = tiles * Hkv;
+            std::fill(tables.begin(), tables.end(), 0.0f);
+            run_round_robin(static_cast<unsigned>(std::min(wanted, items)), opt, items,
+                            [&](std::size_t item, std::size_t tid) {
+                                const std::size_t hk = item % Hkv, qt = item / Hkv;
+                                call.query_item(hk, qt0 + qt, scratch[tid], dq, pg,
+                                                std::span<float>(tables.data() + call.table_buffer(qt, hk) * table, table));
+                            });
+            add_buffers(tables, call.table_buffer(tiles, 0));
+        }
     }
-    if (table > 0) {  // the buffers, summed in order
-        std::vector<double> sum(table, 0.0);
-        for (std::size_t b = 0; b < call.table_buffers(); ++b)
-            for (std::size_t i = 0; i < table; ++i) sum[i] += tables[b * table + i];
+    if (table > 0) {
         std::size_t at = 0;
         for (const std::span<float> s : {pg.bias_table, pg.shaw_keys, pg.shaw_values})
             for (float& g : s) g += static_cast<float>(sum[at++]);
