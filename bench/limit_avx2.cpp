@@ -16,9 +16,8 @@ namespace posenc_bench {
 namespace {
 constexpr std::size_t prefetch_distance = 8192;  // bytes
 /// The 128 bytes at offset + prefetch_distance of a buffer of `size` bytes, when inside it.
-/// Always inlined: out of line, g++ 12 (IPA modref / pure-const, -O2 and -O3) found it free of side
-/// effects and deleted every call, so the limit passes ran without their prefetches until 2026-12-02
-/// (as the kernels' helpers had, simd/kernels.hpp).
+/// Always inlined: out of line, g++ 12 (IPA modref / pure-const, -O2 and -O3) finds it free of side
+/// effects and deletes every call (as it did the kernels' helpers, simd/kernels.hpp).
 [[gnu::always_inline]] inline void prefetch_ahead(const void* base, std::size_t offset, std::size_t size) noexcept {
     if (offset + prefetch_distance + 128 > size) return;
     const char* at = static_cast<const char*>(base) + offset + prefetch_distance;
