@@ -158,10 +158,11 @@ TEST_CASE("a one-token rotary call allocates nothing and never reaches the execu
     CHECK(allocations_of([&] { kept.push_back(std::make_unique<float>(1.0f)); }) >= 1);
 }
 
-TEST_CASE("attention_backward's Shaw parameter gradients need memory independent of the query count", "[grad][memory]") {
-    // One buffer of a^K and a^V gradients per query tile would add 64 tiles · 2 heads · 2·(2·64+1)·16
-    // floats (2.1 MB) from T = 256 to T = 4096; in waves the buffers are a few, reused. What does grow
-    // with T is per-row data (Δ, 4 bytes per row): bounded here by 64 bytes per (token, head).
+TEST_CASE("attention_backward's Shaw parameter gradients in waves need memory independent of the query count", "[grad][memory]") {
+    // With no room for per-item buffers (max_grad_buffer_bytes = 0) the a^K and a^V gradients run in
+    // waves that reuse a few buffers; one per query tile would add 60 tiles · 2 heads · 2·(2·64+1)·16
+    // floats (1.98 MB) from T = 256 to T = 4096. What does grow with T is per-row data (Δ, 4 bytes a
+    // row): bounded here by 64 bytes per (token, head).
     const std::size_t D = 16, H = 2, kmax = 64;
     const std::vector<float> ak((2 * kmax + 1) * D, 0.01f), av(ak.size(), 0.02f);
     const posenc::shaw_rpr shaw({.max_distance = kmax}, ak, D, av, D);
@@ -177,8 +178,8 @@ TEST_CASE("attention_backward's Shaw parameter gradients need memory independent
             posenc::attention_backward(enc, qv, kv, vv, posenc::heads_view<const float>(out.data(), {T, H, D}), lse,
                                        posenc::heads_view<const float>(dout.data(), {T, H, D}),
                                        posenc::heads_view<float>(dq.data(), {T, H, D}), posenc::heads_view<float>(dk.data(), {T, H, D}),
-                                       posenc::heads_view<float>(dv.data(), {T, H, D}), pos, pos, posenc::causal_mask{}, {},
-                                       {.shaw_keys = gk, .shaw_values = gv});
+                                       posenc::heads_view<float>(dv.data(), {T, H, D}), pos, pos, posenc::causal_mask{},
+                                       {.max_grad_buffer_bytes = 0}, {.shaw_keys = gk, .shaw_values = gv});
         };
         backward();
         bytes = 0;

@@ -10,17 +10,22 @@
 #include "posenc/simd/dispatch.hpp"
 
 #ifdef POSENC_SIMD_RUNTIME_DISPATCH
-TEST_CASE("dispatch ceiling: an architecture's name caps the CPU's best, anything else leaves it", "[dispatch]") {
+TEST_CASE("dispatch ceiling: an architecture's name sets the widest entry, anything else none", "[dispatch]") {
     using posenc::simd::dispatch_ceiling_for;
-    const unsigned avx512 = xsimd::avx512bw::version(), avx2 = xsimd::fma3<xsimd::avx2>::version();
-    CHECK(dispatch_ceiling_for(nullptr, avx512) == avx512);
-    CHECK(dispatch_ceiling_for("", avx512) == avx512);
-    CHECK(dispatch_ceiling_for("avx2", avx512) == avx2);
-    CHECK(dispatch_ceiling_for("sse4_2", avx512) == xsimd::sse4_2::version());
-    CHECK(dispatch_ceiling_for("sse2", avx512) == xsimd::sse2::version());
-    CHECK(dispatch_ceiling_for("avx512bw", avx2) == avx2);  // never above what the CPU runs
-    CHECK(dispatch_ceiling_for("AVX2", avx512) == avx512);  // not a name of the list: ignored
-    CHECK(dispatch_ceiling_for("avx", avx512) == avx512);
+    using posenc::simd::dispatch_position;
+    CHECK(dispatch_ceiling_for(nullptr) == 0);
+    CHECK(dispatch_ceiling_for("") == 0);
+    CHECK(dispatch_ceiling_for("avx512bw") == 0);
+    CHECK(dispatch_ceiling_for("avx2") == 1);
+    CHECK(dispatch_ceiling_for("sse4_2") == 2);
+    CHECK(dispatch_ceiling_for("sse2") == 3);
+    CHECK(dispatch_ceiling_for("AVX2") == 0);  // not a name of the list: ignored
+    CHECK(dispatch_ceiling_for("avx") == 0);
+    // The positions the walk compares with are the same list's (simd/archs.hpp), whatever list it walks.
+    CHECK(dispatch_position<xsimd::avx512bw>() == 0);
+    CHECK(dispatch_position<xsimd::fma3<xsimd::avx2>>() == 1);
+    CHECK(dispatch_position<xsimd::sse4_2>() == 2);
+    CHECK(dispatch_position<xsimd::sse2>() == 3);
 }
 
 TEST_CASE("dispatch ceiling: the rotary and attention kernels both follow POSENC_SIMD_MAX_ARCH", "[dispatch]") {

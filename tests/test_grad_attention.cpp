@@ -230,20 +230,21 @@ TEST_CASE("attention_backward over several tiles: finite differences on a sample
 }
 
 TEST_CASE("attention_backward: T5 and Shaw parameter gradients and sinks are bit-identical for 1, 2, 3 threads", "[grad]") {
-    const std::size_t D = 8, Dv = 8;
+    const std::size_t D = 8, Dv = 8, T = 140;
     std::vector<float> ak = random_floats(9 * D, 71, 0.5f), av = random_floats(9 * Dv, 72, 1.0f);
     const posenc::shaw_rpr shaw({.max_distance = 4}, ak, D, av, Dv);
     const posenc::t5_bias t5({.num_buckets = 8, .max_distance = 20, .bidirectional = false}, 2, random_floats(8 * 2, 75, 1.0f));
-    // One kv head, G = 2: five query tiles of 32 tokens. T5: 1 thread runs the single sweep, 2 and 3
-    // threads the two passes (one table buffer per query tile, summed in order). Shaw: the two passes
-    // always, pass 2 in waves of 4 query tiles a thread (two waves on 1 thread, one on 2 and 3).
-    const attn_problem p = make_attn_problem(140, 140, 2, 1, D, Dv, 73, 0);
-    const std::vector<float> dout = random_floats(140 * 2 * Dv, 74, 1.0f);
-    const std::vector<float> sinks = {0.25f, 1.0f};
-    const auto run_threads = [&](const auto& enc, unsigned threads, posenc::attention_param_grads pg) {
+    // One kv head with G = 2 (five query tiles of 32 tokens), and five kv heads with G = 1 (three tiles
+    // of 64). T5: 1 thread runs the single sweep, 2 and 3 threads the two passes (a table buffer per
+    // query tile, summed in order). Shaw, with its buffers allowed (the single sweep on 1 thread) and
+    // with none (waves of ⌊4·threads/Hkv⌋ tiles: several waves, a kv head's buffers inside each).
+    const auto run_threads = [&](const attn_problem& p, const std::vector<float>& dout, const auto& enc, unsigned threads,
+                                 std::size_t buffer_bytes, posenc::attention_param_grads pg) {
         posenc::attention_options o;
         o.threads = threads;
         o.min_fmas_per_thread = 0;
+        o.max_grad_buffer_bytes = buffer_bytes;
+        const std::vector<float> sinks = random_floats(p.Hq, 76, 1.0f);
         o.sinks = sinks;
         const grad_result g = run_backward(p, enc, posenc::causal_mask{}, o, dout, pg);
         std::vector<float> all = g.dq;
@@ -251,18 +252,23 @@ TEST_CASE("attention_backward: T5 and Shaw parameter gradients and sinks are bit
         for (const std::span<float> x : {pg.bias_table, pg.shaw_keys, pg.shaw_values, pg.sinks}) all.insert(all.end(), x.begin(), x.end());
         return all;
     };
-    std::vector<std::vector<float>> shaw_results, t5_results;
-    for (unsigned threads : {1u, 2u, 3u}) {
-        std::vector<float> gk(ak.size(), 1.0f), gv(av.size(), 1.0f), gs(2, 1.0f), gt(8 * 2, 1.0f);
-        shaw_results.push_back(run_threads(posenc::attention_encoding{posenc::nope{}, shaw}, threads,
-                                           {.shaw_keys = gk, .shaw_values = gv, .sinks = gs}));
-        std::fill(gs.begin(), gs.end(), 1.0f);
-        t5_results.push_back(run_threads(posenc::attention_encoding{posenc::nope{}, t5, posenc::fixed_scale{0.5}}, threads,
-                                         {.bias_table = gt, .sinks = gs}));
-    }
-    for (std::size_t i = 1; i < 3; ++i) {
-        CHECK(same_bits(shaw_results[i], shaw_results[0]));
-        CHECK(same_bits(t5_results[i], t5_results[0]));
+    for (const auto& [Hq, Hkv] : {std::pair<std::size_t, std::size_t>{2, 1}, {5, 5}}) {
+        INFO("Hq " << Hq << ", Hkv " << Hkv);
+        const attn_problem p = make_attn_problem(T, T, Hq, Hkv, D, Dv, 73, 0);
+        const std::vector<float> dout = random_floats(T * Hq * Dv, 74, 1.0f);
+        std::vector<std::vector<float>> shaw_results, t5_results;
+        for (unsigned threads : {1u, 2u, 3u})
+            for (std::size_t buffer_bytes : {std::size_t{64} << 20, std::size_t{0}}) {
+                std::vector<float> gk(ak.size(), 1.0f), gv(av.size(), 1.0f), gs(Hq, 1.0f), gt(8 * 2, 1.0f);
+                shaw_results.push_back(run_threads(p, dout, posenc::attention_encoding{posenc::nope{}, shaw}, threads,
+                                                   buffer_bytes, {.shaw_keys = gk, .shaw_values = gv, .sinks = gs}));
+                std::fill(gs.begin(), gs.end(), 1.0f);
+                if (Hq == 2)
+                    t5_results.push_back(run_threads(p, dout, posenc::attention_encoding{posenc::nope{}, t5, posenc::fixed_scale{0.5}},
+                                                     threads, buffer_bytes, {.bias_table = gt, .sinks = gs}));
+            }
+        for (std::size_t i = 1; i < shaw_results.size(); ++i) CHECK(same_bits(shaw_results[i], shaw_results[0]));
+        for (std::size_t i = 1; i < t5_results.size(); ++i) CHECK(same_bits(t5_results[i], t5_results[0]));
     }
 }
 

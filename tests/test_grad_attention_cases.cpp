@@ -5,6 +5,7 @@
 // span of ones, so an assignment in place of the addition fails too.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -120,4 +121,27 @@ TEST_CASE("attention_backward equals finite differences: sinks under GQA, softca
             {.softcap = 0.9f}, gqa, [](attn_problem& p) { for (float& x : p.q) x *= 4.0f; });
     }
     CHECK(compared > 3 * 4 * 400);
+}
+
+TEST_CASE("attention_backward with no query rows: dk and dv are zero for any thread setting", "[grad]") {
+    // No query sees a key, so every key's gradient is 0; with min_fmas_per_thread = 0 the thread count
+    // comes from the (zero) work, which must still leave one worker.
+    const std::size_t D = 8, Tk = 20, H = 2;
+    const posenc::attention_encoding enc{posenc::nope{}};
+    std::vector<float> q, out, lse, dout, dq, k(Tk * H * D, 0.5f), v(k.size(), 0.25f), dk(k.size(), 7.0f), dv(k.size(), 7.0f);
+    const auto none = posenc::position_ids::consecutive(0, 0), keys = posenc::position_ids::consecutive(0, Tk);
+    for (unsigned threads : {1u, 4u}) {
+        std::fill(dk.begin(), dk.end(), 7.0f);
+        std::fill(dv.begin(), dv.end(), 7.0f);
+        posenc::attention_backward(enc, posenc::heads_view<const float>(q.data(), {0, H, D}),
+                                   posenc::heads_view<const float>(k.data(), {Tk, H, D}),
+                                   posenc::heads_view<const float>(v.data(), {Tk, H, D}),
+                                   posenc::heads_view<const float>(out.data(), {0, H, D}), lse,
+                                   posenc::heads_view<const float>(dout.data(), {0, H, D}),
+                                   posenc::heads_view<float>(dq.data(), {0, H, D}), posenc::heads_view<float>(dk.data(), {Tk, H, D}),
+                                   posenc::heads_view<float>(dv.data(), {Tk, H, D}), none, keys, posenc::no_mask{},
+                                   {.threads = threads, .min_fmas_per_thread = 0});
+        CHECK(std::all_of(dk.begin(), dk.end(), [](float x) { return x == 0.0f; }));
+        CHECK(std::all_of(dv.begin(), dv.end(), [](float x) { return x == 0.0f; }));
+    }
 }

@@ -17,7 +17,7 @@ again from the file. A marker may name its table (<!-- perf-table:begin table=NA
 rows=): `--table NAME` updates only those blocks, and the default only the unnamed ones — e.g. an AVX2
 table written from a run under POSENC_SIMD_MAX_ARCH=avx2, which the recorded command then carries.
 
-Regenerate README.md's and docs/performance.md's tables (about ten minutes on 2 cores):
+Regenerate README.md's and docs/performance.md's tables (a few minutes on 2 cores):
     python3 tools/perf-table.py --bench build/bench/posenc-bench --repetitions 5 --min-time 0.2 \\
         --update README.md docs/performance.md
 """
@@ -94,7 +94,7 @@ def run_bench(args):
     kernels = re.search(r"kernels: ([^,)]+)", done.stderr)
     # A dispatch ceiling in the environment is part of the command that reproduces the table.
     ceiling = os.environ.get("POSENC_SIMD_MAX_ARCH")
-    prefix = [f"POSENC_SIMD_MAX_ARCH={ceiling}"] if ceiling else []
+    prefix = [f"POSENC_SIMD_MAX_ARCH={shlex.quote(ceiling)}"] if ceiling else []
     data["context"]["posenc_perf_table"] = {
         "cpu_model": cpu_model(),
         "kernels": kernels.group(1) if kernels else "not reported",
@@ -200,6 +200,9 @@ def update(path, rows, data, table_name=None):
     out, count, i = [], 0, 0
     while i < len(lines):
         match = BEGIN.match(lines[i])
+        if not match and lines[i].startswith("<!-- perf-table:begin"):
+            sys.exit(f"perf-table: {path}: '{lines[i]}' is not a marker this script reads "
+                     "(<!-- perf-table:begin [table=NAME] [rows=REGEX] -->)")
         out.append(lines[i])
         i += 1
         if not match or match.group("table") != table_name:

@@ -93,6 +93,10 @@ struct attention_options {
     /// bound on its work): below it an extra thread costs more than it saves, so a one-token decode
     /// against a short cache stays on the caller's thread. 0: as many threads as asked for.
     std::size_t min_fmas_per_thread = std::size_t{1} << 21;
+    /// attention_backward (grad/attention.hpp) only: the most bytes its per-item buffers of Shaw's
+    /// parameter gradients may take at once. Within it each query item keeps its own buffer (fastest);
+    /// beyond it they run in waves that reuse a few buffers, whatever the query count. Same bits either way.
+    std::size_t max_grad_buffer_bytes = std::size_t{64} << 20;
     /// Runs those threads' work on the caller's pool instead of posenc's own threads (OpenMP, else
     /// std::thread per call); empty: posenc's. Not called when the call runs on one thread. The
     /// result is the same either way.

@@ -170,7 +170,8 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
     const std::size_t ktiles = (Tk + grad_key_tile - 1) / grad_key_tile;
     const std::size_t qtiles = Tq == 0 ? 0 : (Tq + sh.tile_tokens - 1) / sh.tile_tokens;
     const std::size_t fmas = Tq * Hq * std::max<std::size_t>(Tk, 1) * (2 * D + 2 * Dv);
-    const std::size_t by_work = opt.min_fmas_per_thread ? std::max<std::size_t>(1, fmas / opt.min_fmas_per_thread) : fmas;
+    const std::size_t by_work =
+        opt.min_fmas_per_thread ? std::max<std::size_t>(1, fmas / opt.min_fmas_per_thread) : std::max<std::size_t>(1, fmas);
     const std::size_t wanted = std::min<std::size_t>(std::max(1u, opt.threads), by_work);
     std::vector<grad_scratch> scratch;
     scratch.reserve(wanted);
@@ -182,10 +183,11 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
         for (std::size_t b = 0; b < count; ++b)
             for (std::size_t i = 0; i < table; ++i) sum[i] += buffers[b * table + i];
     };
-    // Shaw's tables are (2·max_distance+1)·(D+Dv) floats: a buffer per query item would grow with Tq, so
-    // its pass 2 runs in waves of query items whose buffers are added (in buffer order, as all at once
-    // would be: the same bits) before the next wave reuses them.
-    const bool shaw_waves = !pg.shaw_keys.empty() || !pg.shaw_values.empty();
+    // Shaw's tables are (2·max_distance+1)·(D+Dv) floats: past options.max_grad_buffer_bytes of buffers
+    // (one per query item), pass 2 runs in waves of query items whose buffers are added (in buffer
+    // order, as all at once would be: the same bits) before the next wave reuses them.
+    const bool shaw_waves = (!pg.shaw_keys.empty() || !pg.shaw_values.empty()) &&
+                            table * call.table_buffers() * sizeof(float) > opt.max_grad_buffer_bytes;
     if (wanted <= Hkv && !shaw_waves) {  // a kv head per item, each block once (the two passes' bits)
         std::vector<float> tables(table * call.table_buffers());  // zeros: the items add their shares to them
         run_round_robin(static_cast<unsigned>(wanted), opt, Hkv, [&](std::size_t hk, std::size_t tid) {

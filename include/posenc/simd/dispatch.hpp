@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
+#include <type_traits>
 
 #include "posenc/simd/archs.hpp"
 #include "posenc/simd/cpu.hpp"
@@ -39,6 +40,14 @@ struct arch_list_after_first {
     using type = xsimd::arch_list<Archs...>;
 };
 
+/// The entries' names, best first, one string for messages.
+#define POSENC_SIMD_NAME_OF(name, ARCH, flags) #name,
+inline constexpr const char* dispatch_arch_names[] = {POSENC_SIMD_ARCHS(POSENC_SIMD_NAME_OF)};
+#undef POSENC_SIMD_NAME_OF
+#define POSENC_SIMD_NAME_OF(name, ARCH, flags) " " #name
+inline constexpr const char* dispatch_arch_list = POSENC_SIMD_ARCHS(POSENC_SIMD_NAME_OF);
+#undef POSENC_SIMD_NAME_OF
+
 /// POSENC_SIMD_ARCHS (simd/archs.hpp), best first, as xsimd::dispatch requires.
 #define POSENC_SIMD_TAG_AFTER_COMMA(name, ARCH, flags) , ARCH
 using dispatch_archs = arch_list_after_first<void POSENC_SIMD_ARCHS(POSENC_SIMD_TAG_AFTER_COMMA)>::type;
@@ -50,45 +59,56 @@ using dispatch_archs = arch_list_after_first<void POSENC_SIMD_ARCHS(POSENC_SIMD_
 POSENC_SIMD_ARCHS(POSENC_SIMD_DECLARE)
 #undef POSENC_SIMD_DECLARE
 
-/// The version of the widest architecture dispatch may pick: the CPU's best, or lower when
-/// `ceiling_name` (the environment variable POSENC_SIMD_MAX_ARCH) names an entry of
-/// POSENC_SIMD_ARCHS (avx512bw, avx2, sse4_2, sse2) — to time or test the narrower kernels on a wide
-/// CPU, as oneDNN's ONEDNN_MAX_CPU_ISA does. Any other value leaves the CPU's best.
-[[nodiscard]] inline unsigned dispatch_ceiling_for(const char* ceiling_name, unsigned cpu_best) noexcept {
-    if (ceiling_name == nullptr) return cpu_best;
-    const std::string_view wanted(ceiling_name);
-#define POSENC_SIMD_CEILING_OF(name, ARCH, flags) \
-    if (wanted == #name) return ARCH::version() < cpu_best ? ARCH::version() : cpu_best;
-    POSENC_SIMD_ARCHS(POSENC_SIMD_CEILING_OF)
-#undef POSENC_SIMD_CEILING_OF
-    return cpu_best;
+/// Arch's position in POSENC_SIMD_ARCHS (0 = the widest), or the list's length for another tag.
+template <class Arch>
+[[nodiscard]] constexpr std::size_t dispatch_position() noexcept {
+    std::size_t i = 0;
+#define POSENC_SIMD_POSITION_OF(name, ARCH, flags) \
+    if (std::is_same_v<Arch, ARCH>) return i;     \
+    ++i;
+    POSENC_SIMD_ARCHS(POSENC_SIMD_POSITION_OF)
+#undef POSENC_SIMD_POSITION_OF
+    return i;
 }
 
-/// dispatch_ceiling_for this process's environment and CPU, read once; a value that names no
-/// architecture is reported on stderr (the process asked for something it does not get).
-[[nodiscard]] inline unsigned dispatch_ceiling() noexcept {
-    static const unsigned ceiling = [] {
+/// The position in POSENC_SIMD_ARCHS of the widest entry dispatch may pick: 0, or the entry that
+/// `ceiling_name` (the environment variable POSENC_SIMD_MAX_ARCH) names — avx512bw, avx2, sse4_2 or
+/// sse2 — to time or test the narrower kernels on a wide CPU, as oneDNN's ONEDNN_MAX_CPU_ISA does.
+/// Any other value: 0.
+[[nodiscard]] inline std::size_t dispatch_ceiling_for(const char* ceiling_name) noexcept {
+    if (ceiling_name == nullptr) return 0;
+    const std::string_view wanted(ceiling_name);
+    std::size_t i = 0;
+#define POSENC_SIMD_CEILING_OF(name, ARCH, flags) \
+    if (wanted == #name) return i;              \
+    ++i;
+    POSENC_SIMD_ARCHS(POSENC_SIMD_CEILING_OF)
+#undef POSENC_SIMD_CEILING_OF
+    return 0;
+}
+
+/// dispatch_ceiling_for this process's environment, read once; a value that names no entry is
+/// reported on stderr (the process asked for something it does not get).
+[[nodiscard]] inline std::size_t dispatch_ceiling() noexcept {
+    static const std::size_t ceiling = [] {
         const char* name = std::getenv("POSENC_SIMD_MAX_ARCH");
-        const unsigned best = xsimd::available_architectures().best;
-        if (name != nullptr && *name != '\0' && dispatch_ceiling_for(name, ~0u) == ~0u) {
-#define POSENC_SIMD_NAME_OF(name, ARCH, flags) " " #name
-            std::fprintf(stderr, "posenc: POSENC_SIMD_MAX_ARCH=%s is none of" POSENC_SIMD_ARCHS(POSENC_SIMD_NAME_OF) "; ignored\n",
-                         name);
-#undef POSENC_SIMD_NAME_OF
+        if (name != nullptr && *name != '\0' && dispatch_ceiling_for(name) == 0 &&
+            std::string_view(name) != dispatch_arch_names[0]) {
+            std::fprintf(stderr, "posenc: POSENC_SIMD_MAX_ARCH=%s is none of%s; ignored\n", name, dispatch_arch_list);
         }
-        return dispatch_ceiling_for(name, best);
+        return dispatch_ceiling_for(name);
     }();
     return ceiling;
 }
 
-/// f(Arch{}, args...) for the first Arch of the list (best first) at or below dispatch_ceiling():
-/// xsimd::dispatch's rule with the ceiling applied.
+/// f(Arch{}, args...) for the first Arch of the list (best first) that this CPU runs and that is not
+/// wider than dispatch_ceiling() allows; the last entry (SSE2 on x86-64) when none is.
 template <class F, class Arch, class... Rest, class... Args>
 decltype(auto) dispatch_capped_walk(xsimd::arch_list<Arch, Rest...>, F& f, Args&... args) noexcept {
     if constexpr (sizeof...(Rest) == 0) {
         return f(Arch{}, args...);
     } else {
-        if (Arch::version() <= dispatch_ceiling()) return f(Arch{}, args...);
+        if (dispatch_position<Arch>() >= dispatch_ceiling() && compat::cpu_supports<Arch>()) return f(Arch{}, args...);
         return dispatch_capped_walk(xsimd::arch_list<Rest...>{}, f, args...);
     }
 }
