@@ -3,9 +3,13 @@
 # per-architecture kernel unit (compiled with e.g. -mavx512f) and by another object of the same
 # program is merged by the linker into one copy, possibly the AVX-512 one, which then runs on CPUs
 # without AVX-512. Lists such symbols in the objects under $1 (a target's object directory, built at
-# -O0 where nothing is inlined) and fails if any is not a trivially safe one.
+# -O0 where nothing is inlined) and fails if any is not a trivially safe one. Further directories add
+# their objects other than kernel units to the comparison (.ci/run: posenc-thread-tests' -O0 units
+# against every test file of posenc-tests, whose own units are built at -O1).
+#   .ci/check-arch-symbols.sh OBJECT_DIR [MORE_OBJECT_DIRS...]
 set -euo pipefail
-dir=$1
+dir=${1:?usage: check-arch-symbols.sh OBJECT_DIR [MORE_OBJECT_DIRS...]}
+shift
 # Weak code only ("W"): weak data (typeinfo that sanitizers emit, "V") holds no instructions.
 weak() { nm -C --defined-only "$1" | awk '$2 == "W" { $1 = ""; $2 = ""; sub(/^  /, ""); print }' | sort -u; }
 # Safe: xsimd's register wrappers (a register move, the same code for any flags), initializer_list
@@ -14,8 +18,13 @@ safe='^(xsimd::types::simd_register<|xsimd::types::simd_avx512_bool_register<|st
 status=0
 mapfile -t arch_objects < <(find "$dir" -name 'posenc_simd_*.cpp.o' ! -name 'posenc_simd_sse2.cpp.o')
 [ ${#arch_objects[@]} -gt 0 ] || { echo "check-arch-symbols: no kernel units under $dir" >&2; exit 1; }
+more=()
+for d in "$@"; do
+  [ -d "$d" ] || { echo "check-arch-symbols: no directory $d" >&2; exit 1; }
+  mapfile -t -O "${#more[@]}" more < <(find "$d" -name '*.o' ! -name 'posenc_simd_*.cpp.o')
+done
 for arch in "${arch_objects[@]}"; do
-  others=$(find "$dir" -name '*.o' ! -path "$arch")
+  others=$(find "$dir" -name '*.o' ! -path "$arch"; printf '%s\n' "${more[@]}")
   shared=$(comm -12 <(weak "$arch") <(for o in $others; do weak "$o"; done | sort -u) | grep -Ev "$safe" || true)
   if [ -n "$shared" ]; then
     echo "check-arch-symbols: $(basename "$arch") shares weak symbols with other objects:" >&2
@@ -23,5 +32,5 @@ for arch in "${arch_objects[@]}"; do
     status=1
   fi
 done
-[ $status -eq 0 ] && echo "check-arch-symbols: ${#arch_objects[@]} kernel units share no unsafe weak symbols"
+[ $status -eq 0 ] && echo "check-arch-symbols: ${#arch_objects[@]} kernel units share no unsafe weak symbols with $(( $(find "$dir" -name '*.o' | wc -l) - ${#arch_objects[@]} + ${#more[@]} )) other objects"
 exit $status

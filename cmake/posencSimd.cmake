@@ -1,4 +1,4 @@
-# posenc_add_simd_dispatch(<target>)
+# posenc_add_simd_dispatch(<target> [OPTIONS <option>...])
 #
 # Makes <target> choose posenc's SIMD kernels at run time for the CPU it runs on: compiles one
 # translation unit per x86-64 architecture of include/posenc/simd/archs.hpp (AVX-512BW, AVX2+FMA,
@@ -8,6 +8,8 @@
 # than GCC/Clang) it does nothing and the kernels follow the compile-time architecture.
 #
 # The flags apply to those generated units only, so <target> itself can stay baseline x86-64.
+# OPTIONS adds compile options to those units alone (e.g. -O1 in a Debug build: unoptimised xsimd
+# code runs the kernels several times slower).
 # The header's path, found where this file is included (posencConfig.cmake names the installed one);
 # a global property, because the function may be called from a directory that did not include it.
 if(NOT POSENC_SIMD_ARCHS_HEADER)
@@ -16,6 +18,7 @@ endif()
 set_property(GLOBAL PROPERTY POSENC_SIMD_ARCHS_HEADER "${POSENC_SIMD_ARCHS_HEADER}")
 
 function(posenc_add_simd_dispatch target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "OPTIONS")
   if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$"
      OR NOT CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     message(STATUS "posenc: no run-time SIMD dispatch for ${target} on ${CMAKE_SYSTEM_PROCESSOR}/${CMAKE_CXX_COMPILER_ID}")
@@ -48,8 +51,9 @@ function(posenc_add_simd_dispatch target)
     target_sources(${target} PRIVATE "${src}")
     # SKIP_UNITY_BUILD_INCLUSION: each unit keeps its own flags under CMAKE_UNITY_BUILD (CMake also
     # leaves out sources with COMPILE_OPTIONS of their own; this says so explicitly).
+    set(unit_options ${flags_${name}} ${arg_OPTIONS})
     set_source_files_properties("${src}" TARGET_DIRECTORY ${target} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON
-      COMPILE_OPTIONS "${flags_${name}}")
+      COMPILE_OPTIONS "${unit_options}")
   endforeach()
   # PUBLIC: whatever links <target> (and includes posenc) must agree, or the inline dispatch code
   # would have two definitions.

@@ -25,6 +25,7 @@
 #include "support/attention_reference.hpp"
 #include "support/grad_attention_check.hpp"
 #include "support/reference.hpp"
+#include "support/sanitized.hpp"
 
 using namespace posenc_test;
 using namespace grad_attention_test;
@@ -225,8 +226,10 @@ TEST_CASE("attention_backward over several tiles: finite differences on a sample
     }
     const visible_fn window = [](std::int64_t i, std::int64_t j) { return j <= i && i - j < 70; };
     std::vector<param_check> none;
-    const std::size_t compared = compare_with_differences("tiles", p, model_of, window, dout, by_threads[0], none, 37);
-    CHECK(compared > 200);
+    // Every 37th element (every 149th under a sanitizer: each difference is two double-model runs).
+    const std::size_t stride = posenc_test::sanitized ? 149 : 37;
+    const std::size_t compared = compare_with_differences("tiles", p, model_of, window, dout, by_threads[0], none, stride);
+    CHECK(compared > (p.q.size() + p.k.size() + p.v.size()) / stride);
 }
 
 TEST_CASE("attention_backward: T5 and Shaw parameter gradients and sinks are bit-identical for 1, 2, 3 threads", "[grad]") {

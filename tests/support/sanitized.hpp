@@ -3,7 +3,7 @@
 // Debug + ASan + UBSan build), or with POSENC_SANITIZED defined. Unoptimised, instrumented code runs
 // 10-50× slower, so some long loops take fewer iterations there: fewer repetitions of the same code
 // path (more call sizes above the largest tail and re-seed period, positions further out, more
-// tokens), never fewer paths — every architecture, layout, dtype, width, tail and row source still
+// tokens, more finite-difference samples), never fewer paths — every architecture, layout, dtype, width, tail and row source still
 // runs. The Release build runs every loop in full. Each test that uses this says what it shrinks.
 #if defined(POSENC_SANITIZED) || defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define POSENC_TEST_SANITIZED 1
