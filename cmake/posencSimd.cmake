@@ -19,6 +19,9 @@ set_property(GLOBAL PROPERTY POSENC_SIMD_ARCHS_HEADER "${POSENC_SIMD_ARCHS_HEADE
 
 function(posenc_add_simd_dispatch target)
   cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "OPTIONS")
+  if(arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "posenc_add_simd_dispatch(${target}): unknown arguments ${arg_UNPARSED_ARGUMENTS} (compile options go after OPTIONS)")
+  endif()
   if(NOT CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$"
      OR NOT CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     message(STATUS "posenc: no run-time SIMD dispatch for ${target} on ${CMAKE_SYSTEM_PROCESSOR}/${CMAKE_CXX_COMPILER_ID}")

@@ -229,7 +229,7 @@ TEST_CASE("attention_backward over several tiles: finite differences on a sample
     // Every 37th element (every 149th under a sanitizer: each difference is two double-model runs).
     const std::size_t stride = posenc_test::sanitized ? 149 : 37;
     const std::size_t compared = compare_with_differences("tiles", p, model_of, window, dout, by_threads[0], none, stride);
-    CHECK(compared > (p.q.size() + p.k.size() + p.v.size()) / stride);
+    CHECK(compared >= (posenc_test::sanitized ? 60 : 250));  // 67 and 260 elements
 }
 
 TEST_CASE("attention_backward: T5 and Shaw parameter gradients and sinks are bit-identical for 1, 2, 3 threads", "[grad]") {

@@ -146,15 +146,20 @@ std::vector<std::pair<std::string, std::function<rope_inference(std::size_t)>>> 
     };
 }
 
+/// A whole number in [lo, hi] (std::stoul alone takes "-1" and wraps it).
+std::size_t count_arg(const std::string& name, const std::string& value, std::size_t lo, std::size_t hi) {
+    std::size_t used = 0;
+    const unsigned long long x = value.empty() || value[0] == '-' ? 0 : std::stoull(value, &used);
+    if (used != value.size() || used == 0 || x < lo || x > hi)
+        throw std::invalid_argument(name + " " + value + ": expected a whole number in [" + std::to_string(lo) + ", " +
+                                    std::to_string(hi) + "]");
+    return static_cast<std::size_t>(x);
+}
+
 study_settings parse(int argc, char** argv) {
     study_settings s;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        auto next = [&]() -> std::string {
-            if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-            return argv[++i];
-        };
-        if (a == "--quick") {
+    for (int i = 1; i < argc; ++i)  // --quick's settings first, so that other arguments override them
+        if (std::string(argv[i]) == "--quick") {
             s.quick = true;
             s.seeds = 1;
             s.train_length = 32;  // (at L = 64 the recall circuit forms only after ~3000 steps)
@@ -162,7 +167,15 @@ study_settings parse(int argc, char** argv) {
             s.finetune_steps = 60;
             s.eval_sequences = 32;
             s.multiples = {1, 2, 4, 8};
-        } else if (a == "--seeds") s.seeds = std::stoul(next());
+        }
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+            return argv[++i];
+        };
+        if (a == "--quick") continue;
+        else if (a == "--seeds") s.seeds = std::stoul(next());
         else if (a == "--steps") s.steps = std::stoul(next());
         else if (a == "--docs") s.docs = next();
         else if (a == "--verbose") s.verbose = true;
@@ -172,13 +185,11 @@ study_settings parse(int argc, char** argv) {
             while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) s.merge.push_back(argv[++i]);
         }
         else if (a == "--lr") s.lr = std::stof(next());
-        else if (a == "--train-length") s.train_length = std::stoul(next());
+        else if (a == "--train-length") s.train_length = count_arg(a, next(), recall_task{}.min_length(), 4096);
         else if (a == "--only") s.only = next();
         else if (a == "--min-accuracy") s.min_accuracy = std::stod(next());
         else throw std::invalid_argument("unknown argument " + a);
     }
-    if (s.train_length < recall_task{}.min_length())
-        throw std::invalid_argument("--train-length must be at least " + std::to_string(recall_task{}.min_length()));
     return s;
 }
 
