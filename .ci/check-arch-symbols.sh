@@ -5,7 +5,8 @@
 # without AVX-512. Lists such symbols in the objects under $1 (a target's object directory, built at
 # -O0 where nothing is inlined) and fails if any is not a trivially safe one. Further directories add
 # their objects other than kernel units to the comparison (.ci/run: posenc-thread-tests' -O0 units
-# against every test file of posenc-tests, whose own units are built at -O1).
+# against every test file of posenc-tests; then the posenc_kernels units that posenc-tests links,
+# built at -O1 there, against those files).
 #   .ci/check-arch-symbols.sh OBJECT_DIR [MORE_OBJECT_DIRS...]
 set -euo pipefail
 dir=${1:?usage: check-arch-symbols.sh OBJECT_DIR [MORE_OBJECT_DIRS...]}
