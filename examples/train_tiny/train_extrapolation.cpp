@@ -146,10 +146,17 @@ std::vector<std::pair<std::string, std::function<rope_inference(std::size_t)>>> 
     };
 }
 
-/// A whole number in [lo, hi] (std::stoul alone takes "-1" and wraps it).
+/// A count argument: a whole number in [lo, hi] (std::stoul alone takes "-1" and wraps it).
 std::size_t count_arg(const std::string& name, const std::string& value, std::size_t lo, std::size_t hi) {
     std::size_t used = 0;
-    const unsigned long long x = value.empty() || value[0] == '-' ? 0 : std::stoull(value, &used);
+    unsigned long long x = 0;
+    if (!value.empty() && value[0] >= '0' && value[0] <= '9') {
+        try {
+            x = std::stoull(value, &used);
+        } catch (const std::out_of_range&) {
+            used = 0;  // rejected below
+        }
+    }
     if (used != value.size() || used == 0 || x < lo || x > hi)
         throw std::invalid_argument(name + " " + value + ": expected a whole number in [" + std::to_string(lo) + ", " +
                                     std::to_string(hi) + "]");
@@ -175,11 +182,11 @@ study_settings parse(int argc, char** argv) {
             return argv[++i];
         };
         if (a == "--quick") continue;
-        else if (a == "--seeds") s.seeds = std::stoul(next());
-        else if (a == "--steps") s.steps = std::stoul(next());
+        else if (a == "--seeds") s.seeds = count_arg(a, next(), 1, 1000);
+        else if (a == "--steps") s.steps = count_arg(a, next(), 1, 10'000'000);
         else if (a == "--docs") s.docs = next();
         else if (a == "--verbose") s.verbose = true;
-        else if (a == "--first-seed") s.first_seed = std::stoul(next());
+        else if (a == "--first-seed") s.first_seed = count_arg(a, next(), 0, 1'000'000'000);
         else if (a == "--raw") s.raw = next();
         else if (a == "--merge") {
             while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) s.merge.push_back(argv[++i]);
