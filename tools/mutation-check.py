@@ -178,9 +178,14 @@ MUTANTS = [
      "return t.k_lo <= t.q_lo ? tile_visibility::all : tile_visibility::partial;", "causal: a diagonal tile taken as all visible"),
     ("attention/mask.hpp", "return j <= i && distance(i, j) < static_cast<std::uint64_t>(window);",
      "return j <= i && distance(i, j) <= static_cast<std::uint64_t>(window);", "sliding window one key too wide"),
-    ("attention/kernels.hpp", "a.l[r] = a.l[r] * alpha + hsum(sum);", "a.l[r] = a.l[r] + hsum(sum);",
-     "online softmax: the running sum not rescaled"),
-    ("attention/kernels.hpp", "for (; i < a.dv; ++i) acc[i] *= alpha;", "for (; i < a.dv; ++i) acc[i] *= 1.0f;",
+    ("attention/kernels_softmax.hpp", "a.l[r] = xsimd::fma(batch(a.l[r]), alpha, batch(hsum(sum))).get(0);",
+     "a.l[r] = (batch(a.l[r]) + batch(hsum(sum))).get(0);", "online softmax, one row at a time: the running sum not rescaled"),
+    ("attention/kernels_softmax.hpp", "const batch l_new = xsimd::fma(batch::load_aligned(lanes), alpha, row_sums(part));",
+     "const batch l_new = batch::load_aligned(lanes) + row_sums(part);",
+     "online softmax, rows as lanes: the running sum not rescaled"),
+    ("attention/kernels_softmax.hpp", "const batch mx = row_maxes(part);", "const batch mx = part[0];",
+     "online softmax, rows as lanes: every row takes the first row's maximum lanes"),
+    ("attention/kernels_softmax.hpp", "for (; d < a.dv; ++d) acc[d] *= alpha;", "for (; d < a.dv; ++d) acc[d] *= 1.0f;",
      "online softmax: the accumulator's tail lanes not rescaled"),
     ("attention/kv_cache.hpp", "const bool after = i == 0 ? (size_ == 0 || p > pos_[size_ - 1]) : p > pos[i - 1];",
      "const bool after = i == 0 ? (size_ == 0 || p >= pos_[size_ - 1]) : p > pos[i - 1];",
@@ -207,7 +212,8 @@ MUTANTS = [
     ("attention/kernels_convert.hpp", "            for (; i < a.dim; ++i) d[i].bits = narrow_bits<H>(s[i]);",
      "            for (; i < a.dim; ++i) d[i].bits = static_cast<std::uint16_t>(__builtin_bit_cast(std::uint32_t, s[i]) >> 16);",
      "16-bit cache: tail lanes truncated (and fp16 tails written as bf16)"),
-    ("attention/kernels_convert.hpp", "        else\n            widen_rows<fp16>(a);", "        else\n            widen_rows<bf16>(a);",
+    ("attention/kernels_convert.hpp", "        else if (a.type == dtype::fp16)\n            widen_rows<fp16>(a);",
+     "        else if (a.type == dtype::fp16)\n            widen_rows<bf16>(a);",
      "fp16 K/V read as bf16"),
     ("attention/kernels_convert.hpp", "const batch f(a.factor[r]);", "const batch f(1.0f);",
      "backward: dS's row factor (the logit scale) dropped"),
@@ -240,7 +246,7 @@ GROUPS = {
 # suite at once.
 KERNEL_UNITS = ("simd/kernels.hpp", "simd/lane_io.hpp", "simd/cos_sin_rows.hpp", "simd/norm_kernels.hpp",
                 "simd/rotate_kernels.hpp", "simd/arch_ops.hpp", "attention/kernels.hpp",
-                "attention/kernels_math.hpp", "attention/kernels_convert.hpp")
+                "attention/kernels_math.hpp", "attention/kernels_convert.hpp", "attention/kernels_softmax.hpp")
 
 
 def group_of(f):

@@ -70,8 +70,8 @@ struct attn_pv_args {
     bool p_transposed = false;
 };
 
-/// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps);
-/// src_j at src + j·src_stride elements of `type` (bf16 or fp16), dst rows dst_stride floats apart.
+/// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps,
+/// float rows packed); src_j at src + j·src_stride elements of `type`, dst rows dst_stride floats apart.
 struct attn_widen_args {
     const void* src = nullptr;
     dtype type = dtype::bf16;

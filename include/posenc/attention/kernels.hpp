@@ -12,9 +12,10 @@
 // shared by every query row of the tile (rows = G·query tokens); for 8 rows or fewer (decode) QKᵀ
 // takes dot products along D instead.
 //
-// The steps that share the block shapes live here; the vector exp, tanh and reductions are in
-// kernels_math.hpp, the conversions and prefetch in kernels_convert.hpp (arch-templated structs this
-// one derives from: the COMDAT rule forbids sharing them as plain helpers).
+// The steps that share the block shapes live here; the online softmax in kernels_softmax.hpp (on the
+// vector exp, tanh and reductions of kernels_math.hpp), the conversions and prefetch in
+// kernels_convert.hpp (arch-templated structs this one derives from: the COMDAT rule forbids sharing
+// them as plain helpers).
 
 #include <cassert>
 #include <cstddef>
@@ -25,7 +26,7 @@
 
 #include "posenc/attention/functors.hpp"
 #include "posenc/attention/kernels_convert.hpp"
-#include "posenc/attention/kernels_math.hpp"
+#include "posenc/attention/kernels_softmax.hpp"
 #include "posenc/simd/arch_ops.hpp"
 #include "posenc/simd/xsimd_compat.hpp"  // xsimd
 #include "posenc/core/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
@@ -34,7 +35,7 @@ POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
 
 template <class Arch>
-struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Arch> {
+struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<Arch> {
     using batch = xsimd::batch<float, Arch>;
     static constexpr std::size_t W = batch::size;
     static constexpr std::size_t BK = attn_key_tile;
@@ -42,7 +43,6 @@ struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Ar
     static_assert(NV <= 16, "POSENC_UNROLL unrolls loops of up to 16 trips completely");
     static constexpr std::size_t CV = NV < 4 ? NV : 4;  // vectors per register block
     static constexpr std::size_t RB = attn_row_block;
-    static constexpr float ninf = -__builtin_inff();  // (not numeric_limits: a weak function at -O0)
     static_assert(BK % W == 0 && NV % CV == 0);
 
     using convert = attention_convert_steps<Arch>;
@@ -50,38 +50,16 @@ struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Ar
     using convert::prefetch_rows;
     using convert::to_float;
 
-    using math = attention_vector_math<Arch>;
-    using math::exp_nonpositive;
-    using math::hmax;
+    using math = attention_softmax_step<Arch>;
     using math::hsum;
-    using math::lane0;
-    using math::tanh_;
+#if defined(__AVX512F__)
+    using math::pairwise_sums16;
+#endif
+    using math::softmax;
 
     /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
     /// never transposed; the transposition would cost more than these rows' FMAs.
 #if defined(__AVX512F__)
-    /// Σ of each of the 16 vectors' lanes, all at once: lane i of the result is pairwise_sum(v[i]),
-    /// bit for bit (the same pairwise tree: lanes 8 apart, then 4, 2, 1), with 30 two-source permutes
-    /// and 15 additions instead of 16 separate reductions.
-    static __m512 pairwise_sums16(const __m512 (&v)[16]) noexcept {
-        auto stage = [](const __m512& x, const __m512& y, const __m512i& lo, const __m512i& hi) noexcept {
-            return _mm512_add_ps(_mm512_permutex2var_ps(x, lo, y), _mm512_permutex2var_ps(x, hi, y));
-        };
-        const __m512i lo8 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-        const __m512i hi8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-        const __m512i lo4 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-        const __m512i hi4 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-        const __m512i lo2 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
-        const __m512i hi2 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-        const __m512i lo1 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i hi1 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        __m512 t[8], u[4], w[2];
-        POSENC_UNROLL for (std::size_t i = 0; i < 8; ++i) t[i] = stage(v[2 * i], v[2 * i + 1], lo8, hi8);
-        POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i) u[i] = stage(t[2 * i], t[2 * i + 1], lo4, hi4);
-        POSENC_UNROLL for (std::size_t i = 0; i < 2; ++i) w[i] = stage(u[2 * i], u[2 * i + 1], lo2, hi2);
-        return stage(w[0], w[1], lo1, hi1);
-    }
-
     /// Rows [r0, r0 + 4) × keys [j, j + 4) of qk_dot on AVX-512: 16 accumulators, each q and k
     /// vector loaded once for four FMAs, reduced together (the bits of qk_dot's per-key sums).
     template <class E>
@@ -320,47 +298,6 @@ struct attention_steps : attention_convert_steps<Arch>, attention_vector_math<Ar
         if (a.rows - r >= 4) qk_block<4>(a, r), r += 4;
         if (a.rows - r >= 2) qk_block<2>(a, r), r += 2;
         if (a.rows - r >= 1) qk_block<1>(a, r);
-    }
-
-    static void softmax(const attn_softmax_args& a) noexcept {
-        const batch neg(ninf);
-        for (std::size_t r = 0; r < a.rows; ++r) {
-            float* s = a.s + r * BK;
-            for (std::size_t j = a.keys; j < BK; ++j) s[j] = ninf;
-            batch v[NV];
-            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
-            if (a.softcap > 0.0f) {
-                const batch c(a.softcap), inv(1.0f / a.softcap);
-                POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
-            }
-            batch mx = v[0];
-            POSENC_UNROLL for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
-            const float tile_max = hmax(mx);
-            const float m_old = a.m[r];
-            const float m_new = tile_max > m_old ? tile_max : m_old;
-            if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged
-                POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
-                continue;
-            }
-            const batch mb(m_new);
-            batch sum(0.0f);
-            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
-                const batch p = exp_nonpositive(v[u] - mb);  // exp(−∞) = 0
-                p.store_aligned(s + u * W);
-                sum += p;
-            }
-            // (e^0 is exactly 1 in exp_nonpositive, so an unchanged max skips the call, not the bits.)
-            const float alpha = m_old == ninf ? 0.0f : m_old == m_new ? 1.0f : lane0(exp_nonpositive(batch(m_old - m_new)));
-            a.l[r] = a.l[r] * alpha + hsum(sum);
-            a.m[r] = m_new;
-            if (alpha != 1.0f) {
-                float* acc = a.acc + r * a.acc_stride;
-                const batch al(alpha);
-                std::size_t i = 0;
-                for (; i + W <= a.dv; i += W) (batch::load_aligned(acc + i) * al).store_aligned(acc + i);
-                for (; i < a.dv; ++i) acc[i] *= alpha;
-            }
-        }
     }
 
     /// p[r][j] of a pv step (attn_pv_args: row-major, or transposed for the backward's key side).

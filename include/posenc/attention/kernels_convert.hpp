@@ -23,11 +23,10 @@ struct attention_convert_steps {
     static constexpr std::size_t W = batch::size;
 
     /// Rows of one kv head lie a token stride apart (4 KiB for 8 heads of 128): the hardware prefetcher
-    /// stops at page boundaries, so decode, which streams K and V once, asks for rows ahead itself —
-    /// also past the end of a tile (a call sees one tile; the next tile's first rows would otherwise
-    /// never be prefetched), so past the last key too: a hint, it never faults, and the address is
-    /// computed without pointer arithmetic. 4 rows ahead: S6 at 0.66 of the read pass (8 rows 0.65,
-    /// 16 rows 0.62; 0.55 with 16 rows before the prefetch crossed tiles).
+    /// stops at page boundaries, so the steps that stream K and V ask for rows ahead themselves — also
+    /// past the end of a tile (a call sees one tile; the next tile's first rows would otherwise never
+    /// be prefetched), so past the last key too: a hint, it never faults, and the address is computed
+    /// without pointer arithmetic. A few rows ahead: more rows ahead competed with the rows in use.
     /// (Always inlined, as the rotary kernels' prefetch: g++ 12 at -O2 may delete calls to an
     /// out-of-line function whose only effect is a prefetch.)
     static constexpr std::size_t prefetch_rows = 4;
@@ -38,7 +37,7 @@ struct attention_convert_steps {
             __builtin_prefetch(reinterpret_cast<const void*>(line));
     }
 
-    /// 16-bit rows to float, exactly: W lanes at a time through arch_ops' widening loads, the tail
+    /// Rows to float, exactly (16-bit ones through arch_ops' widening loads), W lanes at a time, the tail
     /// per element; the rows ahead are asked for as in qk_dot (a cache's rows lie a token stride apart).
     template <class H>
     static void widen_rows(const attn_widen_args& a) noexcept {
@@ -59,8 +58,10 @@ struct attention_convert_steps {
     static void widen(const attn_widen_args& a) noexcept {
         if (a.type == dtype::bf16)
             widen_rows<bf16>(a);
-        else
+        else if (a.type == dtype::fp16)
             widen_rows<fp16>(a);
+        else  // (float rows packed the same way: rows a token stride apart, one loop for every type)
+            widen_rows<float>(a);
     }
 
     /// Float rows to 16 bits through arch_ops' rounding stores, the tail per element (the same

@@ -42,9 +42,9 @@ struct attention_vector_math {
         p = xsimd::fma(p * r, r, r) + batch(1.0f);
 #if defined(__AVX512F__)
         // vscalefps rounds p·2ⁿ once, as the product with 2ⁿ's bits does (subnormal results included):
-        // one instruction instead of four.
+        // one instruction instead of four, and its zero-masking is the select below.
         if constexpr (arch_ops<Arch>::is_avx512)
-            return xsimd::select(x < batch(-87.0f), batch(0.0f), batch(_mm512_scalef_ps(p, n)));
+            return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_NLT_UQ), p, n);
         else
 #endif
         {

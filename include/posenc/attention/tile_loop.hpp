@@ -225,10 +225,7 @@ struct attn_call {
             std::size_t kstride = k.token_stride();
             dtype ktype = dtype_of<KV>;
             if (rotate_keys()) {
-                if constexpr (widen)
-                    ker.widen({k.row(j0, hk), dtype_of<KV>, nk, D, k.token_stride(), w.krot.data(), D});
-                else
-                    for (std::size_t j = 0; j < nk; ++j) std::copy_n(k.row(j0 + j, hk), D, w.krot.data() + j * D);
+                ker.widen({k.row(j0, hk), dtype_of<KV>, nk, D, k.token_stride(), w.krot.data(), D});
                 transform_keys(enc.transform, heads_view<float>(w.krot.data(), {nk, 1, D}), ks);
                 kbase = w.krot.data();
                 kstride = D;
@@ -262,10 +259,7 @@ struct attn_call {
             if (R > 2 * simd::attn_row_block && (widen || v.token_stride() != sh.Dv)) {
                 // Packed once per tile (16-bit rows widened): rows a token stride (KiBs) apart share L1
                 // sets, and the pv step streams the tile once per block of rows.
-                if constexpr (widen)
-                    ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
-                else
-                    for (std::size_t j = 0; j < nk; ++j) std::copy_n(v.row(j0 + j, hk), sh.Dv, w.vbuf.data() + j * sh.Dv);
+                ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
                 ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false});
             } else {  // decode: V read once, 16-bit rows widened as they are loaded
                 ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false});

@@ -1,0 +1,214 @@
+#pragma once
+// The attention kernel's online-softmax step, templated on the architecture (kernels.hpp's steps
+// derive from this struct; only arch-templated code, the COMDAT rule of kernels.hpp).
+//
+// A tile's scores become p = exp(s − m_new) in place, and each row's running max m, sum l and
+// accumulator acc are rescaled. Rows are taken W at a time so that their maxima, sums and rescale
+// factors are lanes of one vector: one reduction tree and one exp per W rows, no data-dependent
+// branch per row. (Row by row, each row was a serial chain of horizontal reductions and a scalar exp
+// that the core could not overlap: 16 % of S5's time.) Lane i of a reduction is exactly the pairwise
+// tree of hsum over row i, and every other step is lane-wise, so a row's bits do not depend on which
+// rows share its vector (decode's few rows and prefill's many compute the same numbers).
+
+#include <cstddef>
+
+#include "posenc/attention/functors.hpp"
+#include "posenc/attention/kernels_math.hpp"
+#include "posenc/simd/arch_ops.hpp"
+#include "posenc/simd/xsimd_compat.hpp"  // xsimd
+#include "posenc/core/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
+
+POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
+namespace posenc::simd {
+
+template <class Arch>
+struct attention_softmax_step : attention_vector_math<Arch> {
+    using batch = xsimd::batch<float, Arch>;
+    static constexpr std::size_t W = batch::size;
+    static constexpr std::size_t BK = attn_key_tile;
+    static constexpr std::size_t NV = BK / W;
+    static_assert(BK % W == 0 && NV <= 16, "POSENC_UNROLL unrolls loops of up to 16 trips completely");
+    static constexpr float ninf = -__builtin_inff();  // (not numeric_limits: a weak function at -O0)
+
+    using math = attention_vector_math<Arch>;
+    using math::exp_nonpositive;
+    using math::hmax;
+    using math::hsum;
+    using math::tanh_;
+
+#if defined(__AVX512F__)
+    /// Lane i of the result = v[i]'s lanes combined by `op` in hsum's pairwise tree (lanes 8 apart,
+    /// then 4, 2, 1), bit for bit, for all 16 vectors at once: 30 two-source permutes and 15 ops
+    /// instead of 16 separate reductions.
+    template <class Op>
+    static __m512 pairwise16(const __m512 (&v)[16], Op op) noexcept {
+        auto stage = [op](const __m512& x, const __m512& y, const __m512i& lo, const __m512i& hi) noexcept {
+            return op(_mm512_permutex2var_ps(x, lo, y), _mm512_permutex2var_ps(x, hi, y));
+        };
+        const __m512i lo8 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        const __m512i hi8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        const __m512i lo4 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+        const __m512i hi4 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+        const __m512i lo2 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+        const __m512i hi2 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+        const __m512i lo1 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i hi1 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        __m512 t[8], u[4], w[2];
+        POSENC_UNROLL for (std::size_t i = 0; i < 8; ++i) t[i] = stage(v[2 * i], v[2 * i + 1], lo8, hi8);
+        POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i) u[i] = stage(t[2 * i], t[2 * i + 1], lo4, hi4);
+        POSENC_UNROLL for (std::size_t i = 0; i < 2; ++i) w[i] = stage(u[2 * i], u[2 * i + 1], lo2, hi2);
+        return stage(w[0], w[1], lo1, hi1);
+    }
+    static __m512 pairwise_sums16(const __m512 (&v)[16]) noexcept {
+        return pairwise16(v, [](__m512 x, __m512 y) noexcept { return _mm512_add_ps(x, y); });
+    }
+#endif
+
+    /// Lane i = hsum(v[i]).
+    static batch row_sums(const batch (&v)[W]) noexcept {
+#if defined(__AVX512F__)
+        if constexpr (arch_ops<Arch>::is_avx512) {
+            __m512 r[16];
+            POSENC_UNROLL for (std::size_t i = 0; i < 16; ++i) r[i] = v[i];
+            return pairwise_sums16(r);
+        } else
+#endif
+        {
+            alignas(64) float t[W];
+            POSENC_UNROLL for (std::size_t i = 0; i < W; ++i) t[i] = hsum(v[i]);
+            return batch::load_aligned(t);
+        }
+    }
+    /// Lane i = hmax(v[i]).
+    static batch row_maxes(const batch (&v)[W]) noexcept {
+#if defined(__AVX512F__)
+        if constexpr (arch_ops<Arch>::is_avx512) {
+            __m512 r[16];
+            POSENC_UNROLL for (std::size_t i = 0; i < 16; ++i) r[i] = v[i];
+            return pairwise16(r, [](__m512 x, __m512 y) noexcept { return _mm512_max_ps(x, y); });
+        } else
+#endif
+        {
+            alignas(64) float t[W];
+            POSENC_UNROLL for (std::size_t i = 0; i < W; ++i) t[i] = hmax(v[i]);
+            return batch::load_aligned(t);
+        }
+    }
+
+    static void softmax(const attn_softmax_args& a) noexcept {
+        for (std::size_t r0 = 0; r0 < a.rows; r0 += W) {
+            const std::size_t n = a.rows - r0 < W ? a.rows - r0 : W;
+            if (4 * n <= W)  // (decode's few rows: a vector of mostly empty lanes would cost more than it saves)
+                for (std::size_t r = r0; r < r0 + n; ++r) softmax_row(a, r);
+            else
+                softmax_rows(a, r0, n);
+        }
+    }
+
+    /// Row r alone, with the operations of one lane of softmax_rows (the same bits).
+    static void softmax_row(const attn_softmax_args& a, std::size_t r) noexcept {
+        const batch neg(ninf);
+        float* s = a.s + r * BK;
+        for (std::size_t j = a.keys; j < BK; ++j) s[j] = ninf;
+        batch v[NV];
+        POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
+        if (a.softcap > 0.0f) {
+            const batch c(a.softcap), inv(1.0f / a.softcap);
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
+        }
+        batch mx = v[0];
+        POSENC_UNROLL for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
+        const float tile_max = hmax(mx), m_old = a.m[r];
+        const float m_new = tile_max > m_old ? tile_max : m_old;
+        if (m_new == ninf) {
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
+            return;
+        }
+        const batch mb(m_new);
+        batch sum(0.0f);
+        POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
+            const batch p = exp_nonpositive(v[u] - mb);
+            p.store_aligned(s + u * W);
+            sum += p;
+        }
+        const batch alpha = exp_nonpositive(batch(m_old - m_new));
+        a.l[r] = xsimd::fma(batch(a.l[r]), alpha, batch(hsum(sum))).get(0);
+        a.m[r] = m_new;
+        rescale(a, r, alpha.get(0));
+    }
+
+    static void rescale(const attn_softmax_args& a, std::size_t r, float alpha) noexcept {
+        if (alpha == 1.0f) return;
+        float* acc = a.acc + r * a.acc_stride;
+        const batch al(alpha);
+        std::size_t d = 0;
+        for (; d + W <= a.dv; d += W) (batch::load_aligned(acc + d) * al).store_aligned(acc + d);
+        for (; d < a.dv; ++d) acc[d] *= alpha;
+    }
+
+    /// Rows [r0, r0 + n), n ≤ W, as the lanes of one vector (lanes ≥ n: a row that sees nothing).
+    static void softmax_rows(const attn_softmax_args& a, std::size_t r0, std::size_t n) noexcept {
+        const batch neg(ninf);
+        batch part[W];
+        // The scores (keys past the tile's end −∞, soft-capped in place) and each row's lanes of its max.
+        for (std::size_t i = 0; i < n; ++i) {
+            float* s = a.s + (r0 + i) * BK;
+            for (std::size_t j = a.keys; j < BK; ++j) s[j] = ninf;
+            batch v[NV];
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
+            if (a.softcap > 0.0f) {
+                const batch c(a.softcap), inv(1.0f / a.softcap);
+                POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
+                    v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
+                    v[u].store_aligned(s + u * W);
+                }
+            }
+            batch mx = v[0];
+            POSENC_UNROLL for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
+            part[i] = mx;
+        }
+        for (std::size_t i = n; i < W; ++i) part[i] = neg;
+
+        alignas(64) float lanes[W];
+        for (std::size_t i = 0; i < W; ++i) lanes[i] = i < n ? a.m[r0 + i] : ninf;
+        const batch m_old = batch::load_aligned(lanes);
+        const batch mx = row_maxes(part);
+        const batch m_new = xsimd::max(mx, m_old);
+        const auto seen = m_new != neg;  // a row that has seen nothing keeps its state, and its p are 0
+        const batch m_sub = xsimd::select(seen, m_new, batch(0.0f));
+        alignas(64) float m_row[W];
+        m_sub.store_aligned(m_row);
+
+        for (std::size_t i = 0; i < n; ++i) {
+            float* s = a.s + (r0 + i) * BK;
+            const batch mb(m_row[i]);
+            batch sum(0.0f);
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
+                const batch p = exp_nonpositive(batch::load_aligned(s + u * W) - mb);  // exp(−∞) = 0
+                p.store_aligned(s + u * W);
+                sum += p;
+            }
+            part[i] = sum;
+        }
+        for (std::size_t i = n; i < W; ++i) part[i] = batch(0.0f);
+
+        // α = e^{m_old − m_new}: 0 after a row that had seen nothing (e^{−∞}), exactly 1 for an unchanged max.
+        const batch alpha = xsimd::select(seen, exp_nonpositive(m_old - m_sub), batch(1.0f));
+        for (std::size_t i = 0; i < W; ++i) lanes[i] = i < n ? a.l[r0 + i] : 0.0f;
+        const batch l_new = xsimd::fma(batch::load_aligned(lanes), alpha, row_sums(part));
+        alignas(64) float alpha_row[W];
+        alpha.store_aligned(alpha_row);
+        l_new.store_aligned(lanes);
+        xsimd::select(seen, m_new, m_old).store_aligned(m_row);
+        for (std::size_t i = 0; i < n; ++i) {
+            a.l[r0 + i] = lanes[i];
+            a.m[r0 + i] = m_row[i];
+            rescale(a, r0 + i, alpha_row[i]);
+        }
+    }
+};
+
+}  // namespace posenc::simd
+POSENC_SIMD_DIAGNOSTICS_POP
+
+#undef POSENC_UNROLL
