@@ -18,6 +18,16 @@ inline constexpr std::size_t attn_key_tile = 64;
 /// Query rows are processed in blocks of this many (scratch rows are padded to a multiple).
 inline constexpr std::size_t attn_row_block = 4;
 
+/// Rows a step asks the caches for (into L2) as it goes, row j as it processes key j: decode
+/// requests the tile's V rows during QKᵀ and the next tile's K rows during PV, so that both streams
+/// stay in flight through every phase (each phase's own rows are prefetched into L1 a few rows ahead).
+struct attn_rows_ahead {
+    const void* base = nullptr;
+    std::size_t rows = 0;
+    std::size_t stride_bytes = 0;
+    std::size_t row_bytes = 0;
+};
+
 /// S[r][j] = Σ_d q[r][d]·k_j[d] for r < rows (a multiple of attn_row_block), j < attn_key_tile
 /// (keys ≥ `keys` give 0), times row_scale[r] when row_scale is set (the sum rounded, then the
 /// product: the bits of scaling S afterwards). q: dense [rows][head_dim]; key j at k + j·k_stride
@@ -34,6 +44,7 @@ struct attn_qk_args {
     float* s = nullptr;
     const float* row_scale = nullptr;
     dtype k_type = dtype::f32;
+    attn_rows_ahead ahead{};
 };
 
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):
@@ -68,6 +79,7 @@ struct attn_pv_args {
     std::size_t acc_stride = 0;
     dtype v_type = dtype::f32;
     bool p_transposed = false;
+    attn_rows_ahead ahead{};
 };
 
 /// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps,

@@ -46,6 +46,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     static_assert(BK % W == 0 && NV % CV == 0);
 
     using convert = attention_convert_steps<Arch>;
+    using convert::prefetch_ahead;
     using convert::prefetch_row;
     using convert::prefetch_rows;
     using convert::to_float;
@@ -99,7 +100,10 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
 #if defined(__AVX512F__)
         if constexpr (arch_ops<Arch>::is_avx512) {
             for (; j + 4 <= a.keys; j += 4) {
-                POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) prefetch_row(k, j + u + prefetch_rows, a.k_stride, D);
+                POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) {
+                    prefetch_row(k, j + u + prefetch_rows, a.k_stride, D);
+                    prefetch_ahead(a.ahead, j + u);
+                }
                 for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) qk_dot_4x4(a, k, r0, j);
             }
         }
@@ -109,6 +113,8 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
             const E* k1 = k0 + a.k_stride;
             prefetch_row(k, j + prefetch_rows, a.k_stride, D);
             prefetch_row(k, j + 1 + prefetch_rows, a.k_stride, D);
+            prefetch_ahead(a.ahead, j);
+            prefetch_ahead(a.ahead, j + 1);
             for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
                 const float* q0 = a.q + r0 * D;
                 batch acc0[RB], acc1[RB];
@@ -135,6 +141,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
         }
         for (; j < a.keys; ++j) {
             const E* kr = k + j * a.k_stride;
+            prefetch_ahead(a.ahead, j);
             for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
                 const float* q0 = a.q + r0 * D;
                 batch acc[RB];
@@ -312,7 +319,10 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
         for (std::size_t j = 0; j < a.keys; ++j) {
             const E* vr = v + j * a.v_stride + c0;
-            if (c0 == 0 && r0 == 0) prefetch_row(v, j + prefetch_rows, a.v_stride, a.dv);
+            if (c0 == 0 && r0 == 0) {
+                prefetch_row(v, j + prefetch_rows, a.v_stride, a.dv);
+                prefetch_ahead(a.ahead, j);
+            }
             batch vv[C];
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) vv[u] = arch_ops<Arch>::load(vr + u * W);
             POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {

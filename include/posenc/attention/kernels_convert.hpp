@@ -37,6 +37,14 @@ struct attention_convert_steps {
             __builtin_prefetch(reinterpret_cast<const void*>(line));
     }
 
+    /// Row `row` of `r` into L2 (attn_rows_ahead), if it is one of its rows.
+    [[gnu::always_inline]] static void prefetch_ahead(const attn_rows_ahead& r, std::size_t row) noexcept {
+        if (row >= r.rows) return;
+        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(r.base) + row * r.stride_bytes;
+        for (std::uintptr_t line = at & ~std::uintptr_t{63}; line < at + r.row_bytes; line += 64)
+            __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
+    }
+
     /// Rows to float, exactly (16-bit ones through arch_ops' widening loads), W lanes at a time, the tail
     /// per element; the rows ahead are asked for as in qk_dot (a cache's rows lie a token stride apart).
     template <class H>

@@ -232,8 +232,11 @@ struct attn_call {
                 ktype = dtype::f32;
             }
             // scale_then_add: the qk step scales each row as it stores it (the same single rounding).
+            const bool decode = R <= 2 * simd::attn_row_block;  // (K and V read in place, once)
+            const simd::attn_rows_ahead v_ahead =
+                decode ? simd::attn_rows_ahead{v.row(j0, hk), nk, v.token_stride() * sizeof(KV), sh.Dv * sizeof(KV)} : simd::attn_rows_ahead{};
             ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data(),
-                    add_then_scale ? nullptr : w.row_scale.data(), ktype});
+                    add_then_scale ? nullptr : w.row_scale.data(), ktype, v_ahead});
 
             const bool by_distance = fill_distance_terms(t, ks, w);
             for (std::size_t r = 0; r < R; ++r) {
@@ -262,7 +265,10 @@ struct attn_call {
                 ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
                 ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false});
             } else {  // decode: V read once, 16-bit rows widened as they are loaded
-                ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false});
+                const std::size_t next = decode && j0 + BK < end ? std::min(BK, end - j0 - BK) : 0;
+                const simd::attn_rows_ahead k_ahead =
+                    next ? simd::attn_rows_ahead{k.row(j0 + BK, hk), next, k.token_stride() * sizeof(KV), D * sizeof(KV)} : simd::attn_rows_ahead{};
+                ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false, k_ahead});
             }
             for (std::size_t r = 0; r < R; ++r)
                 add_bias_to_output(enc.bias, hk * G + r % G, t.qs[r / G], ks, std::span<const float>(w.s.data() + r * BK, nk),
