@@ -32,7 +32,8 @@ struct attn_rows_ahead {
 /// (keys ≥ `keys` give 0), times row_scale[r] when row_scale is set (the sum rounded, then the
 /// product: the bits of scaling S afterwards). q: dense [rows][head_dim]; key j at k + j·k_stride
 /// elements of k_type (16-bit keys are widened exactly as they are loaded: the float keys' bits);
-/// kt: scratch of head_dim·attn_key_tile floats, 64-byte aligned.
+/// kt: scratch of head_dim·attn_key_tile floats, 64-byte aligned; `ahead`: rows to request meanwhile
+/// (attn_rows_ahead; the few-row path only).
 struct attn_qk_args {
     const float* q = nullptr;
     std::size_t rows = 0;
@@ -68,6 +69,7 @@ struct attn_softmax_args {
 /// 16 floats ≥ dv: the lanes [dv, acc_stride) are scratch (the last vector of a row is read and
 /// written whole). p[r][j] is p[r·attn_key_tile + j], or with p_transposed p[j·attn_key_tile + r]
 /// (rows ≤ attn_key_tile, v_type f32: the backward's Pᵀ·dO and dSᵀ·Q over a block, without a transposed copy).
+/// `ahead`: rows to request meanwhile (attn_rows_ahead).
 struct attn_pv_args {
     const float* p = nullptr;
     std::size_t rows = 0;

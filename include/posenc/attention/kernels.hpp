@@ -20,8 +20,6 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <type_traits>
 
 #include "posenc/attention/functors.hpp"
@@ -51,12 +49,12 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     using convert::prefetch_rows;
     using convert::to_float;
 
-    using math = attention_softmax_step<Arch>;
-    using math::hsum;
+    using softmax_step = attention_softmax_step<Arch>;
+    using softmax_step::hsum;
 #if defined(__AVX512F__)
-    using math::pairwise_sums16;
+    using softmax_step::pairwise_sums16;
 #endif
-    using math::softmax;
+    using softmax_step::softmax;
 
     /// Few rows (decode: G query heads of one token): dot products along D, each K row read once and
     /// never transposed; the transposition would cost more than these rows' FMAs.

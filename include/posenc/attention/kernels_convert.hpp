@@ -1,6 +1,7 @@
 #pragma once
-// The attention steps that convert rather than multiply, templated on the architecture: 16-bit K/V
-// rows widened to float and float rows narrowed to 16 bits (a cache's append), and double terms
+// The attention steps that convert rather than multiply, templated on the architecture: K/V rows
+// packed as float (16-bit ones widened) and float rows narrowed to 16 bits (a cache's append), the
+// prefetch of rows ahead, and double terms
 // added to float scores with one rounding (a bias computed in double), and the backward's per-element
 // dS = P ⊙ (dP − Δ). kernels.hpp builds the tile
 // products on the prefetch and widening helpers here. Only arch-templated code (the COMDAT rule of
@@ -23,10 +24,9 @@ struct attention_convert_steps {
     static constexpr std::size_t W = batch::size;
 
     /// Rows of one kv head lie a token stride apart (4 KiB for 8 heads of 128): the hardware prefetcher
-    /// stops at page boundaries, so the steps that stream K and V ask for rows ahead themselves — also
-    /// past the end of a tile (a call sees one tile; the next tile's first rows would otherwise never
-    /// be prefetched), so past the last key too: a hint, it never faults, and the address is computed
-    /// without pointer arithmetic. A few rows ahead: more rows ahead competed with the rows in use.
+    /// stops at page boundaries, so the steps that stream K and V ask for rows ahead themselves, a few
+    /// rows ahead into L1 — also past the end of a tile (a step sees one tile), so past the last key
+    /// too: a hint, it never faults, and the address is computed without pointer arithmetic.
     /// (Always inlined, as the rotary kernels' prefetch: g++ 12 at -O2 may delete calls to an
     /// out-of-line function whose only effect is a prefetch.)
     static constexpr std::size_t prefetch_rows = 4;

@@ -26,7 +26,8 @@ struct attention_vector_math {
     // trap. These use batch operations and literal constants only.
 
     /// e^x for x ≤ 0 (the softmax's s − m), 1-2 ulp: Cephes' expf (n = round(x·log₂e), r = x − n·ln 2 in
-    /// two parts, degree-5 polynomial, × 2ⁿ). x < −87 (and −∞) gives exactly 0.
+    /// two parts, degree-5 polynomial, × 2ⁿ). x < −87 (and −∞) gives exactly 0; NaN gives e^−87
+    /// (≈ 1.6e-38: a NaN logit is not propagated).
     static batch exp_nonpositive(const batch& x) noexcept {
         using ibatch = xsimd::batch<std::int32_t, Arch>;
         const batch xc = xsimd::max(x, batch(-87.0f));
@@ -70,12 +71,8 @@ struct attention_vector_math {
         return xsimd::select(a < batch(0.3f), small, large);
     }
 
-    static float lane0(const batch& b) noexcept {
-        alignas(64) float t[W];
-        b.store_aligned(t);
-        return t[0];
-    }
-    /// The same pairwise tree as hsum, in registers (max is exact: the order cannot change the result).
+    /// The same pairwise tree as hsum, in registers; the operand order matters too (max returns its
+    /// second operand for equal ±0 or a NaN), and kernels_softmax.hpp's row_maxes keeps it.
     static float hmax(batch v) noexcept {
         using ops = arch_ops<Arch>;
         if constexpr (W >= 16) v = xsimd::max(v, ops::template lanes_above<8>(v));

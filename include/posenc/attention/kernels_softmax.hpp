@@ -4,11 +4,12 @@
 //
 // A tile's scores become p = exp(s − m_new) in place, and each row's running max m, sum l and
 // accumulator acc are rescaled. Rows are taken W at a time so that their maxima, sums and rescale
-// factors are lanes of one vector: one reduction tree and one exp per W rows, no data-dependent
-// branch per row. (Row by row, each row was a serial chain of horizontal reductions and a scalar exp
-// that the core could not overlap: 16 % of S5's time.) Lane i of a reduction is exactly the pairwise
-// tree of hsum over row i, and every other step is lane-wise, so a row's bits do not depend on which
-// rows share its vector (decode's few rows and prefill's many compute the same numbers).
+// factors are lanes of one vector (one exp per W rows, and on AVX-512 one transposing reduction tree
+// per 16 rows): row by row, each row is a serial chain of horizontal reductions and a scalar exp that
+// the core cannot overlap with the next row's. Lane i of a reduction is exactly hsum's (hmax's) tree
+// over row i, in the same operand order, and every other step is lane-wise, so the step gives a row
+// the same bits whichever rows share its vector; a few rows go one at a time (softmax_row) with the
+// same operations.
 
 #include <cstddef>
 
@@ -120,7 +121,7 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         POSENC_UNROLL for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
         const float tile_max = hmax(mx), m_old = a.m[r];
         const float m_new = tile_max > m_old ? tile_max : m_old;
-        if (m_new == ninf) {
+        if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged
             POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
             return;
         }
@@ -131,10 +132,16 @@ struct attention_softmax_step : attention_vector_math<Arch> {
             p.store_aligned(s + u * W);
             sum += p;
         }
-        const batch alpha = exp_nonpositive(batch(m_old - m_new));
+        const batch alpha = rescale_factor(batch(m_old), batch(m_new));
         a.l[r] = xsimd::fma(batch(a.l[r]), alpha, batch(hsum(sum))).get(0);
         a.m[r] = m_new;
         rescale(a, r, alpha.get(0));
+    }
+
+    /// α = e^{m_old − m_new}: 0 after a row that had seen nothing (e^{−∞}), exactly 1 for an unchanged
+    /// max (+∞ included, where the difference would be NaN).
+    static batch rescale_factor(const batch& m_old, const batch& m_new) noexcept {
+        return xsimd::select(m_old == m_new, batch(1.0f), exp_nonpositive(m_old - m_new));
     }
 
     static void rescale(const attn_softmax_args& a, std::size_t r, float alpha) noexcept {
@@ -174,13 +181,16 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         const batch m_old = batch::load_aligned(lanes);
         const batch mx = row_maxes(part);
         const batch m_new = xsimd::max(mx, m_old);
-        const auto seen = m_new != neg;  // a row that has seen nothing keeps its state, and its p are 0
-        const batch m_sub = xsimd::select(seen, m_new, batch(0.0f));
         alignas(64) float m_row[W];
-        m_sub.store_aligned(m_row);
+        m_new.store_aligned(m_row);
 
         for (std::size_t i = 0; i < n; ++i) {
             float* s = a.s + (r0 + i) * BK;
+            if (m_row[i] == ninf) {  // nothing visible so far: p = 0, state unchanged (α = 1 below)
+                POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
+                part[i] = batch(0.0f);
+                continue;
+            }
             const batch mb(m_row[i]);
             batch sum(0.0f);
             POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
@@ -192,14 +202,12 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         }
         for (std::size_t i = n; i < W; ++i) part[i] = batch(0.0f);
 
-        // α = e^{m_old − m_new}: 0 after a row that had seen nothing (e^{−∞}), exactly 1 for an unchanged max.
-        const batch alpha = xsimd::select(seen, exp_nonpositive(m_old - m_sub), batch(1.0f));
+        const batch alpha = rescale_factor(m_old, m_new);
         for (std::size_t i = 0; i < W; ++i) lanes[i] = i < n ? a.l[r0 + i] : 0.0f;
         const batch l_new = xsimd::fma(batch::load_aligned(lanes), alpha, row_sums(part));
         alignas(64) float alpha_row[W];
         alpha.store_aligned(alpha_row);
         l_new.store_aligned(lanes);
-        xsimd::select(seen, m_new, m_old).store_aligned(m_row);
         for (std::size_t i = 0; i < n; ++i) {
             a.l[r0 + i] = lanes[i];
             a.m[r0 + i] = m_row[i];

@@ -232,7 +232,7 @@ struct attn_call {
                 ktype = dtype::f32;
             }
             // scale_then_add: the qk step scales each row as it stores it (the same single rounding).
-            const bool decode = R <= 2 * simd::attn_row_block;  // (K and V read in place, once)
+            const bool decode = R <= 2 * simd::attn_row_block;  // (V read in place by the pv step)
             const simd::attn_rows_ahead v_ahead =
                 decode ? simd::attn_rows_ahead{v.row(j0, hk), nk, v.token_stride() * sizeof(KV), sh.Dv * sizeof(KV)} : simd::attn_rows_ahead{};
             ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data(),
