@@ -191,7 +191,7 @@ MUTANTS = [
      "online softmax, rows as lanes: a row that has seen nothing gets p = exp(s), not 0"),
     ("attention/kernels_softmax.hpp", "return xsimd::select(m_old == m_new, batch(1.0f), exp_nonpositive(m_old - m_new));",
      "return exp_nonpositive(m_old - m_new);", "online softmax: a standing +inf maximum rescales by exp(NaN), not 1"),
-    ("attention/kernels_softmax.hpp", "                    v[u].store_aligned(s + u * W);\n", "",
+    ("attention/kernels_softmax.hpp", "if (store_capped) v[u].store_aligned(s + u * W);", "(void)store_capped;",
      "online softmax, rows as lanes: soft-capped scores not stored back"),
     ("attention/kernels_softmax.hpp", "for (; d < a.dv; ++d) acc[d] *= alpha;", "for (; d < a.dv; ++d) acc[d] *= 1.0f;",
      "online softmax: the accumulator's tail lanes not rescaled"),

@@ -106,20 +106,29 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         }
     }
 
-    /// Row r alone, with the operations of one lane of softmax_rows (the same bits).
-    static void softmax_row(const attn_softmax_args& a, std::size_t r) noexcept {
+    /// A row's scores into v (keys past the tile's end −∞, finite ones soft-capped, stored back when
+    /// `store_capped`), and the lanes of its max.
+    static batch load_scores(const attn_softmax_args& a, float* s, batch (&v)[NV], bool store_capped) noexcept {
         const batch neg(ninf);
-        float* s = a.s + r * BK;
         for (std::size_t j = a.keys; j < BK; ++j) s[j] = ninf;
-        batch v[NV];
         POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
         if (a.softcap > 0.0f) {
             const batch c(a.softcap), inv(1.0f / a.softcap);
-            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
+                v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
+                if (store_capped) v[u].store_aligned(s + u * W);
+            }
         }
         batch mx = v[0];
         POSENC_UNROLL for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
-        const float tile_max = hmax(mx), m_old = a.m[r];
+        return mx;
+    }
+
+    /// Row r alone, with the operations of one lane of softmax_rows (the same bits).
+    static void softmax_row(const attn_softmax_args& a, std::size_t r) noexcept {
+        float* s = a.s + r * BK;
+        batch v[NV];
+        const float tile_max = hmax(load_scores(a, s, v, false)), m_old = a.m[r];
         const float m_new = tile_max > m_old ? tile_max : m_old;
         if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged
             POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
@@ -159,20 +168,8 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         batch part[W];
         // The scores (keys past the tile's end −∞, soft-capped in place) and each row's lanes of its max.
         for (std::size_t i = 0; i < n; ++i) {
-            float* s = a.s + (r0 + i) * BK;
-            for (std::size_t j = a.keys; j < BK; ++j) s[j] = ninf;
             batch v[NV];
-            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
-            if (a.softcap > 0.0f) {
-                const batch c(a.softcap), inv(1.0f / a.softcap);
-                POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
-                    v[u] = xsimd::select(v[u] == neg, v[u], c * tanh_(v[u] * inv));
-                    v[u].store_aligned(s + u * W);
-                }
-            }
-            batch mx = v[0];
-            POSENC_UNROLL for (std::size_t u = 1; u < NV; ++u) mx = xsimd::max(mx, v[u]);
-            part[i] = mx;
+            part[i] = load_scores(a, a.s + (r0 + i) * BK, v, true);
         }
         for (std::size_t i = n; i < W; ++i) part[i] = neg;
 
