@@ -2,11 +2,13 @@
 // runs, called directly on score tiles.
 //
 // Expected values: (1) the same rows one at a time, bit for bit — the step takes many rows as the
-// lanes of one vector and few rows one by one, and promises a row the same bits either way (edge
-// inputs included: −∞, +∞, ±0, NaN, rows that see nothing, partial tiles, soft-capping); (2) the
-// contract of functors.hpp in exact terms: a row that has seen nothing keeps m = −∞, l = 0 and gets
-// p = 0; an unchanged maximum (+∞ too) rescales by exactly 1; a running maximum survives a later tile
-// that is far below it; (3) p, l and the rescaled accumulator against exp computed in double here.
+// lanes of one vector and few rows one by one, and promises a row the same bits either way, a NaN's
+// sign and payload excepted (edge inputs included: −∞, +∞, ±0, NaN, rows that see nothing, partial
+// tiles, soft-capping); (2) the contract of functors.hpp in exact terms: a row that has seen nothing
+// keeps m = −∞, l = 0 and gets p = 0; an unchanged maximum (+∞ too) rescales by exactly 1; a running
+// maximum survives a later tile that is far below it; (3) p, l and the rescaled accumulator against
+// exp computed in double here; (4) NaN and +∞ logits in IEEE terms (a NaN reaches l, +∞ logits share
+// the weight).
 #include <posenc/attention/attention.hpp>
 
 #include <cmath>
@@ -52,6 +54,9 @@ std::uint32_t bits(float x) {
     std::memcpy(&b, &x, sizeof b);
     return b;
 }
+/// The same bits, or both NaN (a NaN's sign and payload follow the operand order the compiler chose
+/// for a commutative operation: not part of the promise).
+bool same(float a, float b) { return bits(a) == bits(b) || (std::isnan(a) && std::isnan(b)); }
 
 /// A random tile: each row a kind of edge case or plain random scores, and a state that is fresh
 /// (m = −∞) or carried (m at or away from the row's maximum).
@@ -70,6 +75,7 @@ tile random_tile(std::mt19937& rng, std::size_t rows, bool with_nan) {
             if (kind == 4 && rng() % 16 == 0) x = inf;                     // +∞ logits
             if (kind == 5 && with_nan && rng() % 16 == 0) x = std::nanf("");
             if (kind == 6) x *= 30.0f;                                     // beyond exp's range
+            if (kind == 7 && with_nan) x = rng() % 8 == 0 ? std::nanf("") : -inf;  // NaN logits only
             s[j] = x;
         }
         for (std::size_t d = 0; d < t.stride; ++d) t.acc[r * t.stride + d] = u(rng);
@@ -105,10 +111,10 @@ void check_arch(std::size_t& archs) {
             tile& one = alone[r];
             one.run(ker);
             INFO("trial " << trial << ", rows " << rows << ", row " << r << ", keys " << all.keys << ", softcap " << all.softcap);
-            REQUIRE(bits(one.m[0]) == bits(all.m[r]));
-            REQUIRE(bits(one.l[0]) == bits(all.l[r]));
-            for (std::size_t j = 0; j < BK; ++j) REQUIRE(bits(one.s[j]) == bits(all.s[r * BK + j]));
-            for (std::size_t d = 0; d < all.dv; ++d) REQUIRE(bits(one.acc[d]) == bits(all.acc[r * all.stride + d]));
+            REQUIRE(same(one.m[0], all.m[r]));
+            REQUIRE(same(one.l[0], all.l[r]));
+            for (std::size_t j = 0; j < BK; ++j) REQUIRE(same(one.s[j], all.s[r * BK + j]));
+            for (std::size_t d = 0; d < all.dv; ++d) REQUIRE(same(one.acc[d], all.acc[r * all.stride + d]));
             ++compared;
         }
     }
@@ -175,6 +181,50 @@ void check_arch(std::size_t& archs) {
         CHECK(std::abs(t.acc[2 * t.stride] - alpha2) <= 4e-7 * alpha2);
         CHECK(std::abs(t.l[1] - 1.0f) <= 1e-6f);  // e^{s − 100} ≤ e^{−97}: below float's range
         CHECK(t.acc[t.stride] == 1.0f);
+    }
+
+    // (4) non-finite logits, IEEE semantics (rows 0-4 among 5 and among 19, either path): a row of NaN
+    // and −∞ only (m = NaN, p = NaN on the NaN key, 0 on the masked ones), a NaN beside finite
+    // logits (l NaN, m finite), a standing NaN maximum (stays NaN, masked keys p = 0), +∞ logits
+    // (p = 1 each, the others 0, α = 0 for the old state) and +∞ beside a NaN (l NaN).
+    for (const std::size_t rows : {std::size_t{5}, std::size_t{19}}) {
+        INFO("rows " << rows << " (non-finite)");
+        tile t(rows, BK, 8, 0.0f);
+        for (std::size_t i = 0; i < t.s.size(); ++i) t.s[i] = -inf;
+        std::fill(t.acc.begin(), t.acc.end(), 1.0f);
+        std::fill_n(t.m.begin(), rows, 1.0f);
+        std::fill_n(t.l.begin(), rows, 2.0f);
+        const float nan = std::nanf("");
+        t.m[0] = -inf, t.l[0] = 0.0f;
+        t.s[0 * BK + 9] = nan;
+        for (std::size_t j = 0; j < 20; ++j) t.s[1 * BK + j] = 0.1f * static_cast<float>(j);
+        t.s[1 * BK + 5] = nan;
+        t.m[2] = nan;
+        t.s[2 * BK + 4] = 0.5f;
+        t.s[3 * BK + 7] = inf, t.s[3 * BK + 30] = inf, t.s[3 * BK + 8] = 3.0f;
+        t.s[4 * BK + 7] = inf, t.s[4 * BK + 8] = nan;
+        t.run(ker);
+        CHECK(std::isnan(t.m[0]));
+        CHECK(std::isnan(t.l[0]));
+        CHECK(std::isnan(t.s[9]));
+        for (std::size_t j = 0; j < BK; ++j)
+            if (j != 9) REQUIRE(bits(t.s[j]) == bits(0.0f));
+        CHECK(std::isnan(t.acc[0]));
+        CHECK(t.m[1] == 1.9f);
+        CHECK(std::isnan(t.l[1]));
+        CHECK(std::isnan(t.s[1 * BK + 5]));  // (acc meets it in the pv step)
+        CHECK(std::abs(t.s[1 * BK + 4] - std::exp(0.4 - 1.9)) <= 4e-7 * std::exp(0.4 - 1.9));
+        CHECK(std::isnan(t.m[2]));
+        CHECK(std::isnan(t.s[2 * BK + 4]));
+        for (std::size_t j = 0; j < BK; ++j)
+            if (j != 4) REQUIRE(bits(t.s[2 * BK + j]) == bits(0.0f));
+        CHECK(t.m[3] == inf);
+        CHECK(t.l[3] == 2.0f);  // 2·α + 1 + 1 with α = e^{1 − ∞} = 0
+        for (std::size_t j = 0; j < BK; ++j) REQUIRE(t.s[3 * BK + j] == (j == 7 || j == 30 ? 1.0f : 0.0f));
+        CHECK(t.acc[3 * t.stride] == 0.0f);
+        CHECK(t.m[4] == inf);
+        CHECK(std::isnan(t.l[4]));
+        CHECK(std::isnan(t.s[4 * BK + 8]));
     }
 }
 

@@ -108,20 +108,21 @@ struct attention_convert_steps {
         for (std::size_t j = 0; j < a.n; ++j) s[j] = static_cast<float>(static_cast<double>(s[j]) + t[j]);
     }
 
-    /// One vector per W scores: p·(dP − Δ), then × factor (separate roundings, no contraction possible).
+    /// One vector per W scores: p·(dP − Δ), then × factor (separate roundings, no contraction possible);
+    /// exactly 0 where p = 0 (a masked key), also when Δ or dP is NaN: a key the row does not see gets
+    /// no gradient from it, as a masked tile the loop skips gets none.
     static void grad_ds(const attn_grad_ds_args& a) noexcept {
         constexpr std::size_t BK = attn_key_tile;
+        const batch zero(0.0f);
         for (std::size_t r = 0; r < a.rows; ++r) {
             const float* p = a.p + r * BK;
             float* ds = a.ds + r * BK;
-            const batch delta(a.delta[r]);
-            if (a.factor) {
-                const batch f(a.factor[r]);
-                for (std::size_t j = 0; j < BK; j += W)
-                    ((batch::load_aligned(p + j) * (batch::load_aligned(ds + j) - delta)) * f).store_aligned(ds + j);
-            } else {
-                for (std::size_t j = 0; j < BK; j += W)
-                    (batch::load_aligned(p + j) * (batch::load_aligned(ds + j) - delta)).store_aligned(ds + j);
+            const batch delta(a.delta[r]), f(a.factor ? a.factor[r] : 1.0f);
+            for (std::size_t j = 0; j < BK; j += W) {
+                const batch pj = batch::load_aligned(p + j);
+                batch x = pj * (batch::load_aligned(ds + j) - delta);
+                if (a.factor) x = x * f;
+                xsimd::select(pj == zero, zero, x).store_aligned(ds + j);
             }
         }
     }

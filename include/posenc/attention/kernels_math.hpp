@@ -26,11 +26,10 @@ struct attention_vector_math {
     // trap. These use batch operations and literal constants only.
 
     /// e^x for x ≤ 0 (the softmax's s − m), 1-2 ulp: Cephes' expf (n = round(x·log₂e), r = x − n·ln 2 in
-    /// two parts, degree-5 polynomial, × 2ⁿ). x < −87 (and −∞) gives exactly 0; NaN gives e^−87
-    /// (≈ 1.6e-38: a NaN logit is not propagated).
+    /// two parts, degree-5 polynomial, × 2ⁿ). x < −87 (and −∞) gives exactly 0, NaN gives NaN.
     static batch exp_nonpositive(const batch& x) noexcept {
         using ibatch = xsimd::batch<std::int32_t, Arch>;
-        const batch xc = xsimd::max(x, batch(-87.0f));
+        const batch xc = xsimd::max(batch(-87.0f), x);  // (x86's max returns its second operand for a NaN)
         const batch n = xsimd::nearbyint(xc * batch(1.44269504088896341f));
         batch r = xsimd::fnma(n, batch(0.693359375f), xc);
         r = xsimd::fnma(n, batch(-2.12194440e-4f), r);

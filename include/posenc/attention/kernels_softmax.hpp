@@ -9,7 +9,8 @@
 // the core cannot overlap with the next row's. Lane i of a reduction is exactly hsum's (hmax's) tree
 // over row i, in the same operand order, and every other step is lane-wise, so the step gives a row
 // the same bits whichever rows share its vector; a few rows go one at a time (softmax_row) with the
-// same operations.
+// same operations. A row whose maximum is not finite (+∞ logits, or a NaN met) takes a cold path with
+// IEEE semantics (exp_unbounded): NaN stays NaN, +∞ logits share the weight.
 
 #include <cstddef>
 
@@ -124,22 +125,52 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         return mx;
     }
 
+    /// Whether a row's scores hold a NaN (the max can drop one: x86's max returns its second operand).
+    static bool any_nan(const batch (&v)[NV]) noexcept {
+        auto nan = xsimd::isnan(v[0]);  // (not v != v: AVX-512's != is an ordered compare)
+        POSENC_UNROLL for (std::size_t u = 1; u < NV; ++u) nan = nan | xsimd::isnan(v[u]);
+        return xsimd::any(nan);
+    }
+
+    /// p = e^{s − m} where m is +∞ or NaN, where the difference is no guide (IEEE: ∞ − ∞ and x − NaN
+    /// are NaN): under m = +∞ the +∞ logits share the weight (p = 1, the limit of the softmax) and a
+    /// NaN logit stays NaN; under m = NaN (a row that has met a NaN) every visible key gets NaN. A
+    /// masked key (−∞) gets 0 either way, so the backward's masked keys get no NaN gradient.
+    static batch exp_unbounded(const batch& s, float m) noexcept {
+        const batch nan(__builtin_nanf("")), zero(0.0f);
+        if (m != m) return xsimd::select(s == batch(ninf), zero, nan);
+        return xsimd::select(s == batch(-ninf), batch(1.0f), xsimd::select(xsimd::isnan(s), nan, zero));
+    }
+
+    /// The running max after a tile whose max is −∞ (all it showed was −∞ and NaN): NaN if a NaN
+    /// was among the scores, so the row's output and log-sum-exp are NaN as a direct softmax's.
+    static float settle_unseen(const batch (&v)[NV]) noexcept { return any_nan(v) ? __builtin_nanf("") : ninf; }
+
     /// Row r alone, with the operations of one lane of softmax_rows (the same bits).
     static void softmax_row(const attn_softmax_args& a, std::size_t r) noexcept {
         float* s = a.s + r * BK;
         batch v[NV];
         const float tile_max = hmax(load_scores(a, s, v, false)), m_old = a.m[r];
-        const float m_new = tile_max > m_old ? tile_max : m_old;
+        float m_new = tile_max > m_old ? tile_max : m_old;
+        if (m_new == ninf) m_new = settle_unseen(v);
         if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged
             POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
             return;
         }
         const batch mb(m_new);
         batch sum(0.0f);
-        POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
-            const batch p = exp_nonpositive(v[u] - mb);
-            p.store_aligned(s + u * W);
-            sum += p;
+        if (m_new < -ninf) {
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
+                const batch p = exp_nonpositive(v[u] - mb);
+                p.store_aligned(s + u * W);
+                sum += p;
+            }
+        } else {  // m = +∞ or NaN
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
+                const batch p = exp_unbounded(v[u], m_new);
+                p.store_aligned(s + u * W);
+                sum += p;
+            }
         }
         const batch alpha = rescale_factor(batch(m_old), batch(m_new));
         a.l[r] = xsimd::fma(batch(a.l[r]), alpha, batch(hsum(sum))).get(0);
@@ -183,6 +214,9 @@ struct attention_softmax_step : attention_vector_math<Arch> {
 
         for (std::size_t i = 0; i < n; ++i) {
             float* s = a.s + (r0 + i) * BK;
+            batch v[NV];
+            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) v[u] = batch::load_aligned(s + u * W);
+            if (m_row[i] == ninf) m_row[i] = settle_unseen(v);
             if (m_row[i] == ninf) {  // nothing visible so far: p = 0, state unchanged (α = 1 below)
                 POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
                 part[i] = batch(0.0f);
@@ -190,16 +224,24 @@ struct attention_softmax_step : attention_vector_math<Arch> {
             }
             const batch mb(m_row[i]);
             batch sum(0.0f);
-            POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
-                const batch p = exp_nonpositive(batch::load_aligned(s + u * W) - mb);  // exp(−∞) = 0
-                p.store_aligned(s + u * W);
-                sum += p;
+            if (m_row[i] < -ninf) {
+                POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
+                    const batch p = exp_nonpositive(v[u] - mb);  // exp(−∞) = 0
+                    p.store_aligned(s + u * W);
+                    sum += p;
+                }
+            } else {  // m = +∞ or NaN
+                POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) {
+                    const batch p = exp_unbounded(v[u], m_row[i]);
+                    p.store_aligned(s + u * W);
+                    sum += p;
+                }
             }
             part[i] = sum;
         }
         for (std::size_t i = n; i < W; ++i) part[i] = batch(0.0f);
 
-        const batch alpha = rescale_factor(m_old, m_new);
+        const batch alpha = rescale_factor(m_old, batch::load_aligned(m_row));  // (settle_unseen may have changed it)
         for (std::size_t i = 0; i < W; ++i) lanes[i] = i < n ? a.l[r0 + i] : 0.0f;
         const batch l_new = xsimd::fma(batch::load_aligned(lanes), alpha, row_sums(part));
         alignas(64) float alpha_row[W];

@@ -295,7 +295,9 @@ inline void fold_segment(const attn_state& total, const attn_state& seg, std::si
             std::copy_n(sacc, dv, acc);
             continue;
         }
-        const double m = std::max(mt, ms), a = std::exp(double(mt) - m), b = std::exp(double(ms) - m);
+        // (A state at the max is weighed exactly 1: with m = +∞ the difference would be NaN. A NaN m or
+        // l makes the row NaN.)
+        const double m = std::max(mt, ms), a = mt == m ? 1.0 : std::exp(double(mt) - m), b = ms == m ? 1.0 : std::exp(double(ms) - m);
         total.m[r] = static_cast<float>(m);
         total.l[r] = static_cast<float>(total.l[r] * a + seg.l[r] * b);
         for (std::size_t d = 0; d < dv; ++d) acc[d] = static_cast<float>(acc[d] * a + sacc[d] * b);
@@ -330,7 +332,7 @@ inline void finish_rows(const attn_query_tile& t, const attn_state& total, const
         double m = total.m[r], l = total.l[r], num = 1.0;
         if (!extra.sinks.empty()) {
             const double sink = extra.sinks[head], mf = std::max(m, sink);
-            num = std::exp(m - mf);
+            num = m == mf ? 1.0 : std::exp(m - mf);  // (1 for m = +∞ too)
             l = l * num + std::exp(sink - mf);
         }
         const double f = num / l;

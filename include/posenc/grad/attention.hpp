@@ -102,7 +102,8 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
     require(lse.size() == Tq * Hq, "lse", "of " + to_text(lse.size()) + " values",
             "needs one per query row = q.tokens * q.heads = " + to_text(Tq * Hq));
     for (std::size_t r = 0; r < lse.size(); ++r)
-        require(lse[r] < std::numeric_limits<float>::infinity(), "lse[" + to_text(r) + "]", lse[r], "must be finite or -inf");
+        require(lse[r] != std::numeric_limits<float>::infinity(), "lse[" + to_text(r) + "]", lse[r],
+                "must be finite, -inf or NaN (+inf: the forward met a +inf logit, whose gradient is undefined)");
     // Outputs against every input and each other.
     const std::span<const std::byte> inputs[] = {view_bytes(q), view_bytes(k), view_bytes(v), view_bytes(out),
                                                  view_bytes(dout), std::as_bytes(lse)};
