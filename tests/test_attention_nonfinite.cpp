@@ -169,6 +169,17 @@ TEST_CASE("merge_attention_partials: a NaN part makes its row NaN, the other row
         k[(100 * Hkv + 1) * D + 2] = nan_f;  // the second shard's rows of kv head 1 (no mask: every query sees it)
         check_rows(clean, merged(k, sinks), Tq, [](std::size_t, std::size_t h) { return h / G == 1; });
     }
+    {  // a +∞ part (its +∞ logits' count unknown): NaN for that row, the other rows as merged before
+        std::vector<float> a(Tq * Hq * Dv), la(Tq * Hq), b(a.size()), lb(la.size()), out(a.size()), lse(la.size());
+        shard(p.k, 0, half, a, la);
+        shard(p.k, half, T - half, b, lb);
+        result clean{std::vector<float>(a.size()), std::vector<float>(la.size())};
+        posenc::merge_attention_partials({{hv(a, Tq, Hq, Dv), la}, {hv(b, Tq, Hq, Dv), lb}}, hv(clean.out, Tq, Hq, Dv), clean.lse);
+        lb[1 * Hq + 2] = inf_f;
+        result r{std::vector<float>(a.size()), std::vector<float>(la.size())};
+        posenc::merge_attention_partials({{hv(a, Tq, Hq, Dv), la}, {hv(b, Tq, Hq, Dv), lb}}, hv(r.out, Tq, Hq, Dv), r.lse);
+        check_rows(clean, r, Tq, [](std::size_t t, std::size_t h) { return t == 1 && h == 2; });
+    }
     {  // a NaN part beside one that saw nothing (lse −∞): NaN, not "no key seen"
         std::vector<float> a(Tq * Hq * Dv), la(Tq * Hq), none(a.size(), 0.0f), out(a.size()), lse(la.size());
         std::vector<float> k = p.k;
@@ -261,6 +272,20 @@ TEST_CASE("attention_backward: a NaN lse is data, and the keys its row does not 
             if (t >= 140 && t < 148) REQUIRE(all_nan(dirty.dq.data() + t * d, d));
         }
         CHECK(all_nan(dirty.dv.data() + 140 * d, d));
+    }
+    {  // a +∞ lse (the forward met +∞ logits): no gradient is defined, NaN along the row's keys, no throw
+        std::vector<float> out(N * d), lse(N);
+        const posenc::heads_view<const float> q(clean_p.q.data(), {N, 1, d}), k(clean_p.k.data(), {N, 1, d}),
+            v(clean_p.v.data(), {N, 1, d});
+        posenc::attention_partial(enc, q, k, v, hv(out, N, 1, d), lse, pos, pos, mask);
+        lse[20] = inf_f;
+        std::vector<float> dq(N * d), dk(N * d), dv(N * d);
+        posenc::attention_backward(enc, q, k, v, posenc::heads_view<const float>(out.data(), {N, 1, d}), lse,
+                                   posenc::heads_view<const float>(dout.data(), {N, 1, d}), hv(dq, N, 1, d), hv(dk, N, 1, d),
+                                   hv(dv, N, 1, d), pos, pos, mask);
+        CHECK(all_nan(dq.data() + 20 * d, d));
+        CHECK(all_nan(dv.data() + 20 * d, d));
+        CHECK(std::isfinite(dq[19 * d]));
     }
 }
 

@@ -346,10 +346,6 @@ TEST_CASE("attention_backward rejects bad input before writing anything", "[grad
     CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos,
                                                  posenc::sliding_window_mask{0}, {}, tbl),
                       Contains("sliding_window"));
-    std::vector<float> bad_lse = lse;
-    bad_lse[2] = std::numeric_limits<float>::infinity();  // (NaN is data: a row that met a NaN logit)
-    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, bad_lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {}, tbl),
-                      Contains("lse[2]") && Contains("inf"));
     const posenc::attention_encoding plain{posenc::nope{}};
     CHECK_THROWS_WITH(posenc::attention_backward(plain, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {}, tbl),
                       Contains("has no table"));

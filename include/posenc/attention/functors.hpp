@@ -51,7 +51,9 @@ struct attn_qk_args {
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):
 /// soft-capping of finite logits (softcap > 0), new running max m, numerators p = exp(s − m) written
 /// over S (0 past `keys`), running sum l and accumulator rows acc[r][0, dv) rescaled by exp(m_old − m).
-/// A row that has seen no visible key keeps m = −∞, l = 0 and gets p = 0.
+/// A row that has seen no visible key keeps m = −∞, l = 0 and gets p = 0. Where m is not finite
+/// (kernels_softmax.hpp's exp_unbounded) p is the softmax's limit under +∞ (1 on the +∞ logits, 0
+/// elsewhere) and NaN under NaN (a tile of only −∞ and NaN sets m = NaN); masked keys get 0 always.
 struct attn_softmax_args {
     float* s = nullptr;
     std::size_t rows = 0;

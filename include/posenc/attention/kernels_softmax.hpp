@@ -20,6 +20,10 @@
 #include "posenc/simd/xsimd_compat.hpp"  // xsimd
 #include "posenc/core/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
 
+#if defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
+#warning "posenc: -ffinite-math-only (-ffast-math) folds away the NaN checks of the attention softmax: NaN logits may come out as numbers"
+#endif
+
 POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
 

@@ -140,7 +140,9 @@ struct grad_call {
                 std::copy_n(q.row(t.t0 + i, h), D, w.rows().q.data() + r * D);
                 std::copy_n(dout.row(t.t0 + i, h), Dv, w.rows().dout.data() + r * Dv);
                 w.rows().delta[r] = delta[(t.t0 + i) * sh.Hq + h];
-                w.rows().lse[r] = lse[(t.t0 + i) * sh.Hq + h];
+                // A row whose forward met +∞ logits (lse +∞) has no defined gradient: NaN along its keys.
+                const float l = lse[(t.t0 + i) * sh.Hq + h];
+                w.rows().lse[r] = l == std::numeric_limits<float>::infinity() ? std::numeric_limits<float>::quiet_NaN() : l;
             }
         transform_queries(enc.transform, heads_view<float>(w.rows().q.data(), {t.nq, G, D}), t.qs);
         for (std::size_t i = 0; i < t.nq; ++i) w.rows().scale[i] = static_cast<float>(enc.scale.scale(t.qs[i], D));
