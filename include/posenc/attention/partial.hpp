@@ -9,7 +9,8 @@
 // A partial result is `out` normalised over the shard's visible keys and, per query row, the
 // log-sum-exp of those keys' logits, lse[t·Hq + h] = log Σⱼ exp(logitⱼ) (natural log; −∞ and out = 0
 // where the shard shows the row no key; NaN, with out NaN, where it shows the row a NaN logit; +∞
-// where it shows +∞ logits). A NaN or +∞ part makes the merged row NaN (a +∞ part's share is unknown). Merging weighs each part by exp(lse − max) in double:
+// where it shows +∞ logits). A NaN or +∞ part makes the merged row NaN (a +∞ part's share is
+// unknown). Merging weighs each part by exp(lse − max) in double:
 //   out = Σᵢ exp(lseᵢ − L)·outᵢ,  L = log(Σᵢ exp(lseᵢ) + exp(sink))
 // which equals one call over the union of the keys to float rounding (not bit for bit: the sums are
 // grouped differently). Since a merged lse includes the sinks, a tree of merges adds them once at
@@ -154,12 +155,10 @@ inline void merge_attention_partials(std::span<const attention_part> parts, head
         for (std::size_t h = 0; h < H; ++h) {
             const std::size_t r = t * H + h;
             double m = sinks.empty() ? ninf : static_cast<double>(sinks[h]);
-            // A NaN part makes the row NaN (std::max would drop it), and so does a +∞ one: its +∞ logits'
-            // count, and so its share, is unknown.
+            // A NaN part makes the row NaN (std::max would drop it); a +∞ one does through its weight
+            // exp(∞ − ∞) below (its +∞ logits' count, and so its share, is unknown).
             for (const attention_part& p : parts)
-                m = std::isnan(p.lse[r]) || p.lse[r] == std::numeric_limits<float>::infinity()
-                        ? std::numeric_limits<double>::quiet_NaN()
-                        : std::max(m, static_cast<double>(p.lse[r]));
+                m = std::isnan(p.lse[r]) ? std::numeric_limits<double>::quiet_NaN() : std::max(m, static_cast<double>(p.lse[r]));
             std::fill(acc.begin(), acc.end(), 0.0);
             if (m == ninf) {  // no part saw a key, and no sink
                 std::fill_n(out.row(t, h), Dv, 0.0f);

@@ -297,7 +297,8 @@ inline void fold_segment(const attn_state& total, const attn_state& seg, std::si
         }
         // (A state at the max is weighed exactly 1: with m = +∞ the difference would be NaN. A NaN m or
         // l makes the row NaN.)
-        const double m = std::max(mt, ms), a = mt == m ? 1.0 : std::exp(double(mt) - m), b = ms == m ? 1.0 : std::exp(double(ms) - m);
+        const double m = std::max(mt, ms);
+        const double a = mt == m ? 1.0 : std::exp(double(mt) - m), b = ms == m ? 1.0 : std::exp(double(ms) - m);
         total.m[r] = static_cast<float>(m);
         total.l[r] = static_cast<float>(total.l[r] * a + seg.l[r] * b);
         for (std::size_t d = 0; d < dv; ++d) acc[d] = static_cast<float>(acc[d] * a + sacc[d] * b);
