@@ -59,6 +59,31 @@ struct arch_ops {
             return xsimd::fnma(x, y, z);
     }
 
+    /// (lo's lanes, hi's lanes) rounded to float (to nearest even, as static_cast), in registers.
+    static fbatch narrow(const dbatch& lo, const dbatch& hi) noexcept {
+#if defined(__AVX512F__)
+        if constexpr (is_avx512)
+            return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo))),
+                                                       _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
+        else
+#endif
+#if defined(__AVX2__)
+        if constexpr (is_avx2) return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);
+        else
+#endif
+#if defined(__SSE2__)
+        if constexpr (is_sse4_1 || is_sse2) return _mm_movelh_ps(_mm_cvtpd_ps(lo), _mm_cvtpd_ps(hi));
+        else
+#endif
+        {
+            alignas(64) double d[2 * dbatch::size];
+            alignas(64) float f[W];
+            lo.store_aligned(d), hi.store_aligned(d + dbatch::size);
+            for (std::size_t i = 0; i < W; ++i) f[i] = static_cast<float>(d[i]);
+            return fbatch::load_aligned(f);
+        }
+    }
+
     // ---- lane moves ------------------------------------------------------------------------------------
     template <std::size_t Step>
     struct rotate_by {  // lane j takes lane j + Step (wrapping)

@@ -24,6 +24,7 @@ struct cos_sin_rows : lane_io<Arch> {
     using typename base::dbatch;
     using base::W;
     using base::WD;
+    using typename base::fbatch;
     static constexpr std::int64_t far_position = std::int64_t{1} << 26;
 
     // ---- cos/sin rows ---------------------------------------------------------------------------
@@ -37,6 +38,18 @@ struct cos_sin_rows : lane_io<Arch> {
     /// Every lane takes the same operations whatever the width, so the rows are width-independent.
     static void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t position, double amplitude,
                             float* c, float* s) noexcept {
+        if (pairs % W == 0 && position <= far_position && position >= -far_position) {
+            // Whole float vectors narrowed in registers: no double row in memory, no per-lane
+            // rounding loop whose narrow stores the rotation's vector loads would wait on.
+            const dbatch p(static_cast<double>(position)), amp(amplitude);
+            for (std::size_t i = 0; i < pairs; i += W) {
+                fbatch cv, sv;
+                cos_sin_column(inv_freq + i, p, amp, cv, sv);
+                cv.store_unaligned(c + i);
+                sv.store_unaligned(s + i);
+            }
+            return;
+        }
         alignas(64) double cd[max_rotary_dim / 2 + 2 * W], sd[max_rotary_dim / 2 + 2 * W];
         cos_sin_row(inv_freq, pairs, position, amplitude, cd, sd);
         to_float(cd, sd, pairs, c, s);
@@ -62,41 +75,62 @@ struct cos_sin_rows : lane_io<Arch> {
             }
             return;
         }
-        constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
-        constexpr double two_over_pi = 0.6366197723675814;
         // Whole vectors read in place, the last partial one from a zero-padded copy (g++ made a copy
         // of the whole row a rep movs, slow to start in a one-token call).
         const std::size_t full = pairs / WD * WD, padded = (pairs + WD - 1) / WD * WD;
         alignas(64) double tail[WD] = {};
         for (std::size_t i = full; i < pairs; ++i) tail[i - full] = inv_freq[i];
-        const dbatch p(static_cast<double>(position)), amp(amplitude), one(1.0), two(2.0), three(3.0);
+        const dbatch p(static_cast<double>(position)), amp(amplitude);
         for (std::size_t i = 0; i < padded; i += WD) {
-            const dbatch a = p * (i < full ? dbatch::load_unaligned(inv_freq + i) : dbatch::load_aligned(tail));
-            const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
-            const dbatch r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
-            const dbatch q = ops::fnma(xsimd::floor(n * dbatch(0.25)), dbatch(4.0), n);  // n mod 4
-            const dbatch z = r * r;
-            dbatch sn = ops::fma(z, dbatch(-1.0 / 1307674368000.0), dbatch(1.0 / 6227020800.0));
-            sn = ops::fma(z, sn, dbatch(-1.0 / 39916800.0));
-            sn = ops::fma(z, sn, dbatch(1.0 / 362880.0));
-            sn = ops::fma(z, sn, dbatch(-1.0 / 5040.0));
-            sn = ops::fma(z, sn, dbatch(1.0 / 120.0));
-            sn = ops::fma(z, sn, dbatch(-1.0 / 6.0));
-            sn = ops::fma(z * r, sn, r);
-            dbatch cs = ops::fma(z, dbatch(1.0 / 20922789888000.0), dbatch(-1.0 / 87178291200.0));
-            cs = ops::fma(z, cs, dbatch(1.0 / 479001600.0));
-            cs = ops::fma(z, cs, dbatch(-1.0 / 3628800.0));
-            cs = ops::fma(z, cs, dbatch(1.0 / 40320.0));
-            cs = ops::fma(z, cs, dbatch(-1.0 / 720.0));
-            cs = ops::fma(z, cs, dbatch(1.0 / 24.0));
-            cs = ops::fma(z * z, cs, ops::fnma(dbatch(0.5), z, one));
-            // angle = n·π/2 + r: q = 1 gives (cos, sin) = (−sin r, cos r), q = 2 (−cos r, −sin r),
-            // q = 3 (sin r, −cos r).
-            const auto odd = (q == one) | (q == three);
-            const dbatch sv = xsimd::select(odd, cs, sn), cv = xsimd::select(odd, sn, cs);
-            (xsimd::select((q == one) | (q == two), -cv, cv) * amp).store_unaligned(cd + i);
-            (xsimd::select(q >= two, -sv, sv) * amp).store_unaligned(sd + i);
+            dbatch cv, sv;
+            cos_sin_lanes(p * (i < full ? dbatch::load_unaligned(inv_freq + i) : dbatch::load_aligned(tail)), amp, cv, sv);
+            cv.store_unaligned(cd + i);
+            sv.store_unaligned(sd + i);
         }
+    }
+
+    /// cos/sin × amp of p·θᵢ for the W pairs from inv_freq (|p| ≤ far_position), as float vectors in
+    /// registers: the lanes cos_sin_row gives, computed the same way.
+    [[gnu::always_inline]] static void cos_sin_column(const double* inv_freq, const dbatch& p, const dbatch& amp, fbatch& c, fbatch& s) noexcept {
+        static_assert(W == 2 * WD);
+        dbatch c0, s0, c1, s1;
+        cos_sin_lanes(p * dbatch::load_unaligned(inv_freq), amp, c0, s0);
+        cos_sin_lanes(p * dbatch::load_unaligned(inv_freq + WD), amp, c1, s1);
+        c = ops::narrow(c0, c1);
+        s = ops::narrow(s0, s1);
+    }
+
+    /// cos/sin × amp of the angles a (|a| ≤ 2^26·θ, see far_position), lane by lane in double: a is
+    /// reduced to a quadrant q and r ∈ [−π/4, π/4]; cos r and sin r come from their Taylor series
+    /// (through r¹⁶ and r¹⁵, whose remainders are below 1e-16 there) and are mapped to the quadrant.
+    [[gnu::always_inline]] static void cos_sin_lanes(const dbatch& a, const dbatch& amp, dbatch& c, dbatch& s) noexcept {
+        constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
+        constexpr double two_over_pi = 0.6366197723675814;
+        const dbatch one(1.0), two(2.0), three(3.0);
+        const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
+        const dbatch r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
+        const dbatch q = ops::fnma(xsimd::floor(n * dbatch(0.25)), dbatch(4.0), n);  // n mod 4
+        const dbatch z = r * r;
+        dbatch sn = ops::fma(z, dbatch(-1.0 / 1307674368000.0), dbatch(1.0 / 6227020800.0));
+        sn = ops::fma(z, sn, dbatch(-1.0 / 39916800.0));
+        sn = ops::fma(z, sn, dbatch(1.0 / 362880.0));
+        sn = ops::fma(z, sn, dbatch(-1.0 / 5040.0));
+        sn = ops::fma(z, sn, dbatch(1.0 / 120.0));
+        sn = ops::fma(z, sn, dbatch(-1.0 / 6.0));
+        sn = ops::fma(z * r, sn, r);
+        dbatch cs = ops::fma(z, dbatch(1.0 / 20922789888000.0), dbatch(-1.0 / 87178291200.0));
+        cs = ops::fma(z, cs, dbatch(1.0 / 479001600.0));
+        cs = ops::fma(z, cs, dbatch(-1.0 / 3628800.0));
+        cs = ops::fma(z, cs, dbatch(1.0 / 40320.0));
+        cs = ops::fma(z, cs, dbatch(-1.0 / 720.0));
+        cs = ops::fma(z, cs, dbatch(1.0 / 24.0));
+        cs = ops::fma(z * z, cs, ops::fnma(dbatch(0.5), z, one));
+        // angle = n·π/2 + r: q = 1 gives (cos, sin) = (−sin r, cos r), q = 2 (−cos r, −sin r),
+        // q = 3 (sin r, −cos r).
+        const auto odd = (q == one) | (q == three);
+        const dbatch sv = xsimd::select(odd, cs, sn), cv = xsimd::select(odd, sn, cs);
+        c = xsimd::select((q == one) | (q == two), -cv, cv) * amp;
+        s = xsimd::select(q >= two, -sv, sv) * amp;
     }
 
     /// Consecutive positions (prefill): the next row from the previous one by the angle-addition
