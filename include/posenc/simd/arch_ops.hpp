@@ -35,6 +35,9 @@ struct arch_ops {
     static constexpr bool is_sse4_1 = std::is_base_of_v<xsimd::sse4_1, Arch> && !is_avx2 && !is_avx512;
     static constexpr bool is_sse2 = std::is_base_of_v<xsimd::sse2, Arch> && !is_sse4_1 && !is_avx2 && !is_avx512;
 
+    /// Whether fma/fnma round once (SSE has no FMA: xsimd multiplies and adds, rounding twice).
+    static constexpr bool has_fma = !is_sse2 && !is_sse4_1;
+
     // ---- fused multiply-add: x·y + z and z − x·y ---------------------------------------------------
     template <class T>
     static xsimd::batch<T, Arch> fma(const xsimd::batch<T, Arch>& x, const xsimd::batch<T, Arch>& y,

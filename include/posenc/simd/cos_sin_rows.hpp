@@ -108,7 +108,15 @@ struct cos_sin_rows : lane_io<Arch> {
         constexpr double two_over_pi = 0.6366197723675814;
         const dbatch one(1.0), two(2.0), three(3.0);
         const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
-        const dbatch r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
+        dbatch r;
+        if constexpr (ops::has_fma) {
+            r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
+        } else {
+            // Without FMA each product must be exact by itself: π/2 in parts of 24, 24 and 53 bits,
+            // whose first two times n (below 2^29) need no rounding (Cody and Waite). Two parts with
+            // a rounded n·π/2 lost ~2^-53·|a|, many ulps of a cos or sin near 0 at large angles.
+            r = ((a - n * dbatch(0x1.921fb6p+0)) - n * dbatch(-0x1.777a5cp-25)) - n * dbatch(-0x1.ee59d9cceba40p-50);
+        }
         const dbatch q = ops::fnma(xsimd::floor(n * dbatch(0.25)), dbatch(4.0), n);  // n mod 4
         const dbatch z = r * r;
         dbatch sn = ops::fma(z, dbatch(-1.0 / 1307674368000.0), dbatch(1.0 / 6227020800.0));
