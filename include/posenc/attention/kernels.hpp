@@ -77,8 +77,22 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
                 POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) acc[i * 4 + u] = xsimd::fma(qv, kv[u], batch(acc[i * 4 + u]));
             }
         }
+        const __m512 sums16 = pairwise_sums16(acc);  // lane 4i + u: row r0 + i, key j + u
+        if (Dw == D) {  // each row's four scores scaled and stored as one 128-bit lane
+            __m512 v = sums16;
+            if (a.row_scale) {
+                const __m512i row_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+                v = _mm512_mul_ps(v, _mm512_permutexvar_ps(row_of_lane, _mm512_castps128_ps512(_mm_loadu_ps(a.row_scale + r0))));
+            }
+            float* s = a.s + r0 * BK + j;
+            _mm_storeu_ps(s, _mm512_castps512_ps128(v));
+            _mm_storeu_ps(s + BK, _mm512_extractf32x4_ps(v, 1));
+            _mm_storeu_ps(s + 2 * BK, _mm512_extractf32x4_ps(v, 2));
+            _mm_storeu_ps(s + 3 * BK, _mm512_extractf32x4_ps(v, 3));
+            return;
+        }
         alignas(64) float sums[16];
-        _mm512_store_ps(sums, pairwise_sums16(acc));
+        _mm512_store_ps(sums, sums16);
         POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i)
             POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) {
                 float x = sums[i * 4 + u];

@@ -44,26 +44,23 @@ struct attention_softmax_step : attention_vector_math<Arch> {
 
 #if defined(__AVX512F__)
     /// Lane i of the result = v[i]'s lanes combined by `op` in hsum's pairwise tree (lanes 8 apart,
-    /// then 4, 2, 1), bit for bit, for all 16 vectors at once: 30 two-source permutes and 15 ops
-    /// instead of 16 separate reductions.
+    /// then 4, 2, 1), bit for bit, for all 16 vectors at once: 30 two-source shuffles and 15 ops
+    /// instead of 16 separate reductions. The shuffles (vshuff32x4, vshufps) leave their sources
+    /// intact, so no copies, and the network transposes 4 × 4: v is fed in that order so that lane i
+    /// comes out as v[i].
     template <class Op>
     static __m512 pairwise16(const __m512 (&v)[16], Op op) noexcept {
-        auto stage = [op](const __m512& x, const __m512& y, const __m512i& lo, const __m512i& hi) noexcept {
-            return op(_mm512_permutex2var_ps(x, lo, y), _mm512_permutex2var_ps(x, hi, y));
-        };
-        const __m512i lo8 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-        const __m512i hi8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-        const __m512i lo4 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-        const __m512i hi4 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-        const __m512i lo2 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
-        const __m512i hi2 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-        const __m512i lo1 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i hi1 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        constexpr int q0q1 = 0x44, q2q3 = 0xEE, even = 0x88, odd = 0xDD;  // (lanes j, then j + s)
         __m512 t[8], u[4], w[2];
-        POSENC_UNROLL for (std::size_t i = 0; i < 8; ++i) t[i] = stage(v[2 * i], v[2 * i + 1], lo8, hi8);
-        POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i) u[i] = stage(t[2 * i], t[2 * i + 1], lo4, hi4);
-        POSENC_UNROLL for (std::size_t i = 0; i < 2; ++i) w[i] = stage(u[2 * i], u[2 * i + 1], lo2, hi2);
-        return stage(w[0], w[1], lo1, hi1);
+        POSENC_UNROLL for (std::size_t i = 0; i < 8; ++i) {  // lanes 8 apart
+            const __m512 &x = v[(2 * i) / 4 + 4 * ((2 * i) % 4)], &y = v[(2 * i + 1) / 4 + 4 * ((2 * i + 1) % 4)];
+            t[i] = op(_mm512_shuffle_f32x4(x, y, q0q1), _mm512_shuffle_f32x4(x, y, q2q3));
+        }
+        POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i)  // 4 apart
+            u[i] = op(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], even), _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], odd));
+        POSENC_UNROLL for (std::size_t i = 0; i < 2; ++i)  // 2 apart
+            w[i] = op(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], q0q1), _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], q2q3));
+        return op(_mm512_shuffle_ps(w[0], w[1], even), _mm512_shuffle_ps(w[0], w[1], odd));  // 1 apart
     }
     static __m512 pairwise_sums16(const __m512 (&v)[16]) noexcept {
         return pairwise16(v, [](__m512 x, __m512 y) noexcept { return _mm512_add_ps(x, y); });
