@@ -287,6 +287,53 @@ TEST_CASE("long prefills: recurrence rows equal direct per-position rows", "[rop
     CHECK(direct_far == 0);
 }
 
+TEST_CASE("rows whose angles are beyond the vector reduction's reach stay within 1 ulp of the closed form", "[rope][recurrence]") {
+    // θ up to 32 at positions near 2^26 (|p·θ|·2/π up to ~1.4e9 quadrants: past the FMA-less kernels'
+    // exact reduction, 2^29) and one θ of 1e20 (past every kernel's, 2^50): those rows take the scalar
+    // path. Each value within 1 ulp of a·cos / a·sin of the double angle (exact θᵢ = k/8 keep the
+    // angles exact), through explicit positions (direct rows) and consecutive ones (the recurrence,
+    // re-seeded by direct rows). The 1e20 lane only has to stay a finite value within ±a: its double
+    // angle is known to ±2^13 rad. Run on SSE2's kernels too (ctest rope_on_sse2).
+    const std::size_t D = 32, T = 96;
+    std::vector<double> inv(D / 2);
+    for (std::size_t i = 0; i + 1 < inv.size(); ++i) inv[i] = static_cast<double>(8 * i + 1) / 8.0 * (i % 2 ? 1.0 : 2.0);
+    inv.back() = 1e20;
+    const double a = 1.25;
+    const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::rope_frequencies{inv, a});
+    auto far = [](float got, double want) {
+        const auto w = static_cast<float>(want);
+        return !(std::abs(got - w) <= std::nextafter(std::abs(w), 2.0f) - std::abs(w));
+    };
+    std::size_t values = 0, off = 0, out_of_range = 0;
+    for (std::int64_t first : {(std::int64_t{1} << 26) - std::int64_t{T}, -(std::int64_t{1} << 26), std::int64_t{50'000'017}}) {
+        std::vector<std::int64_t> pos(T);
+        for (std::size_t t = 0; t < T; ++t) pos[t] = first + static_cast<std::int64_t>(t);
+        for (bool consecutive : {false, true}) {
+            std::vector<float> x(T * D, 0.0f);
+            for (std::size_t t = 0; t < T; ++t)
+                for (std::size_t j = 0; j < D / 2; ++j) x[t * D + j] = 1.0f;  // rotates into [a·cos | a·sin]
+            if (consecutive)
+                rope.apply(view(x, T, 1, D), posenc::position_ids::consecutive(first, T));
+            else
+                rope.apply(view(x, T, 1, D), pos);
+            for (std::size_t t = 0; t < T; ++t)
+                for (std::size_t i = 0; i < D / 2; ++i) {
+                    const float c = x[t * D + i], sn = x[t * D + D / 2 + i];
+                    values += 2;
+                    if (i + 1 == D / 2) {
+                        out_of_range += !(std::abs(c) <= a) + !(std::abs(sn) <= a);
+                        continue;
+                    }
+                    const double ang = static_cast<double>(pos[t]) * inv[i];  // exact
+                    off += far(c, a * std::cos(ang)) + far(sn, a * std::sin(ang));
+                }
+        }
+    }
+    INFO(values << " values: " << off << " more than 1 ulp from the closed form, " << out_of_range << " outside ±a");
+    CHECK(off == 0);
+    CHECK(out_of_range == 0);
+}
+
 TEST_CASE("rotary_dim beyond the SIMD kernels' reach (scalar backend) equals the double reference", "[rope][scalar]") {
     const std::size_t D = 2048, T = 3, H = 2;
     const std::vector<std::int64_t> pos{0, 77, 4099};

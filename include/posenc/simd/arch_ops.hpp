@@ -35,8 +35,14 @@ struct arch_ops {
     static constexpr bool is_sse4_1 = std::is_base_of_v<xsimd::sse4_1, Arch> && !is_avx2 && !is_avx512;
     static constexpr bool is_sse2 = std::is_base_of_v<xsimd::sse2, Arch> && !is_sse4_1 && !is_avx2 && !is_avx512;
 
-    /// Whether fma/fnma round once (SSE has no FMA: xsimd multiplies and adds, rounding twice).
-    static constexpr bool has_fma = !is_sse2 && !is_sse4_1;
+    /// Whether fma/fnma of doubles round once: AVX-512 (the intrinsics below) and xsimd's fma3<…>
+    /// tags. Every other tag (SSE, plain AVX/AVX2 without -mfma, NEON's fnma) may multiply and add,
+    /// rounding twice.
+    template <class A>
+    struct is_fma3 : std::false_type {};
+    template <class A>
+    struct is_fma3<xsimd::fma3<A>> : std::true_type {};
+    static constexpr bool has_fma = is_avx512 || is_fma3<Arch>::value;
 
     // ---- fused multiply-add: x·y + z and z − x·y ---------------------------------------------------
     template <class T>

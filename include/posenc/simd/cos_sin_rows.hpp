@@ -42,13 +42,14 @@ struct cos_sin_rows : lane_io<Arch> {
             // Whole float vectors narrowed in registers: no double row in memory, no per-lane
             // rounding loop whose narrow stores the rotation's vector loads would wait on.
             const dbatch p(static_cast<double>(position)), amp(amplitude);
+            bool reduced = true;
             for (std::size_t i = 0; i < pairs; i += W) {
                 fbatch cv, sv;
-                cos_sin_column(inv_freq + i, p, amp, cv, sv);
+                if (!cos_sin_column(inv_freq + i, p, amp, cv, sv)) reduced = false;
                 cv.store_unaligned(c + i);
                 sv.store_unaligned(s + i);
             }
-            return;
+            if (reduced) return;  // (else an angle too large for the vector reduction: the scalar row)
         }
         alignas(64) double cd[max_rotary_dim / 2 + 2 * W], sd[max_rotary_dim / 2 + 2 * W];
         cos_sin_row(inv_freq, pairs, position, amplitude, cd, sd);
@@ -65,58 +66,71 @@ struct cos_sin_rows : lane_io<Arch> {
     /// The same in double, into cd and sd (room for `pairs` rounded up to the double vector width).
     static void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t position, double amplitude,
                             double* cd, double* sd) noexcept {
-        if (position > far_position || position < -far_position) {
-            // The vector reduction needs n·π/2 exact: beyond 2^26 (and without FMA hardware, where
-            // xsimd emulates fnma) that no longer holds, so far positions take the scalar path.
-            for (std::size_t i = 0; i < pairs; ++i) {
-                const double r = detail::reduce_angle<Arch>(static_cast<double>(position) * inv_freq[i]);
-                cd[i] = amplitude * std::cos(r);
-                sd[i] = amplitude * std::sin(r);
-            }
-            return;
-        }
+        // Positions beyond 2^26, and rows with an angle beyond the vector reduction's reach
+        // (max_quadrants), take the scalar path.
+        if (position > far_position || position < -far_position) return scalar_row(inv_freq, pairs, position, amplitude, cd, sd);
         // Whole vectors read in place, the last partial one from a zero-padded copy (g++ made a copy
         // of the whole row a rep movs, slow to start in a one-token call).
         const std::size_t full = pairs / WD * WD, padded = (pairs + WD - 1) / WD * WD;
         alignas(64) double tail[WD] = {};
         for (std::size_t i = full; i < pairs; ++i) tail[i - full] = inv_freq[i];
         const dbatch p(static_cast<double>(position)), amp(amplitude);
+        bool reduced = true;
         for (std::size_t i = 0; i < padded; i += WD) {
             dbatch cv, sv;
-            cos_sin_lanes(p * (i < full ? dbatch::load_unaligned(inv_freq + i) : dbatch::load_aligned(tail)), amp, cv, sv);
+            if (!cos_sin_lanes(p * (i < full ? dbatch::load_unaligned(inv_freq + i) : dbatch::load_aligned(tail)), amp, cv, sv))
+                reduced = false;
             cv.store_unaligned(cd + i);
             sv.store_unaligned(sd + i);
+        }
+        if (!reduced) scalar_row(inv_freq, pairs, position, amplitude, cd, sd);
+    }
+
+    /// The row through detail::reduce_angle and std::cos/sin (the scalar reference's path).
+    static void scalar_row(const double* inv_freq, std::size_t pairs, std::int64_t position, double amplitude, double* cd,
+                           double* sd) noexcept {
+        for (std::size_t i = 0; i < pairs; ++i) {
+            const double r = detail::reduce_angle<Arch>(static_cast<double>(position) * inv_freq[i]);
+            cd[i] = amplitude * std::cos(r);
+            sd[i] = amplitude * std::sin(r);
         }
     }
 
     /// cos/sin × amp of p·θᵢ for the W pairs from inv_freq (|p| ≤ far_position), as float vectors in
-    /// registers: the lanes cos_sin_row gives, computed the same way.
-    [[gnu::always_inline]] static void cos_sin_column(const double* inv_freq, const dbatch& p, const dbatch& amp, fbatch& c, fbatch& s) noexcept {
+    /// registers: the lanes cos_sin_row gives, computed the same way; false as cos_sin_lanes.
+    [[gnu::always_inline]] static bool cos_sin_column(const double* inv_freq, const dbatch& p, const dbatch& amp, fbatch& c,
+                                                      fbatch& s) noexcept {
         static_assert(W == 2 * WD);
         dbatch c0, s0, c1, s1;
-        cos_sin_lanes(p * dbatch::load_unaligned(inv_freq), amp, c0, s0);
-        cos_sin_lanes(p * dbatch::load_unaligned(inv_freq + WD), amp, c1, s1);
+        const bool low = cos_sin_lanes(p * dbatch::load_unaligned(inv_freq), amp, c0, s0);
+        const bool high = cos_sin_lanes(p * dbatch::load_unaligned(inv_freq + WD), amp, c1, s1);
         c = ops::narrow(c0, c1);
         s = ops::narrow(s0, s1);
+        return low && high;
     }
 
-    /// cos/sin × amp of the angles a (|a| ≤ 2^26·θ, see far_position), lane by lane in double: a is
-    /// reduced to a quadrant q and r ∈ [−π/4, π/4]; cos r and sin r come from their Taylor series
-    /// (through r¹⁶ and r¹⁵, whose remainders are below 1e-16 there) and are mapped to the quadrant.
-    [[gnu::always_inline]] static void cos_sin_lanes(const dbatch& a, const dbatch& amp, dbatch& c, dbatch& s) noexcept {
+    /// The vector reduction subtracts n·π/2 for |n| below this many quadrants: with FMA, π/2 in two
+    /// parts (hi·n exact inside the FMA, the parts' error ~1e-33·n); without, in three whose
+    /// products with n need no rounding (Cody and Waite: the first two parts have at most 24
+    /// significant bits). Two parts with a rounded n·hi lost ~2^-53·|a|, many ulps of a cos or sin
+    /// near 0 at large angles.
+    static constexpr double max_quadrants = ops::has_fma ? 0x1p50 : 0x1p29;
+
+    /// cos/sin × amp of the angles a, lane by lane in double: a is reduced to a quadrant q and
+    /// r ∈ [−π/4, π/4]; cos r and sin r come from their Taylor series (through r¹⁶ and r¹⁵, whose
+    /// remainders are below 1e-16 there) and are mapped to the quadrant. False when some lane's a is
+    /// beyond max_quadrants·π/2 (or NaN): those lanes are garbage, and the caller takes the scalar path.
+    [[gnu::always_inline]] static bool cos_sin_lanes(const dbatch& a, const dbatch& amp, dbatch& c, dbatch& s) noexcept {
         constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
         constexpr double two_over_pi = 0.6366197723675814;
         const dbatch one(1.0), two(2.0), three(3.0);
         const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
+        const bool reduced = xsimd::all(xsimd::abs(n) < dbatch(max_quadrants));
         dbatch r;
-        if constexpr (ops::has_fma) {
+        if constexpr (ops::has_fma)
             r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
-        } else {
-            // Without FMA each product must be exact by itself: π/2 in parts of 24, 24 and 53 bits,
-            // whose first two times n (below 2^29) need no rounding (Cody and Waite). Two parts with
-            // a rounded n·π/2 lost ~2^-53·|a|, many ulps of a cos or sin near 0 at large angles.
+        else
             r = ((a - n * dbatch(0x1.921fb6p+0)) - n * dbatch(-0x1.777a5cp-25)) - n * dbatch(-0x1.ee59d9cceba40p-50);
-        }
         const dbatch q = ops::fnma(xsimd::floor(n * dbatch(0.25)), dbatch(4.0), n);  // n mod 4
         const dbatch z = r * r;
         dbatch sn = ops::fma(z, dbatch(-1.0 / 1307674368000.0), dbatch(1.0 / 6227020800.0));
@@ -139,6 +153,7 @@ struct cos_sin_rows : lane_io<Arch> {
         const dbatch sv = xsimd::select(odd, cs, sn), cv = xsimd::select(odd, sn, cs);
         c = xsimd::select((q == one) | (q == two), -cv, cv) * amp;
         s = xsimd::select(q >= two, -sv, sv) * amp;
+        return reduced;
     }
 
     /// Consecutive positions (prefill): the next row from the previous one by the angle-addition
