@@ -124,8 +124,12 @@ struct cos_sin_rows : lane_io<Arch> {
         constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
         constexpr double two_over_pi = 0.6366197723675814;
         const dbatch one(1.0), two(2.0), three(3.0);
-        const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
-        const bool reduced = xsimd::all(xsimd::abs(n) < dbatch(max_quadrants));
+        const dbatch n_nearest = xsimd::nearbyint(a * dbatch(two_over_pi));
+        const auto in_reach = xsimd::abs(n_nearest) < dbatch(max_quadrants);
+        const bool reduced = xsimd::all(in_reach);
+        // Lanes out of reach compute with n = 0 (discarded): SSE2's floor converts to int64, which
+        // is undefined for them.
+        const dbatch n = xsimd::select(in_reach, n_nearest, dbatch(0.0));
         dbatch r;
         if constexpr (ops::has_fma)
             r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
