@@ -216,7 +216,7 @@ MUTANTS = [
      "return exp_nonpositive(m_old - m_new);", "online softmax: a standing +inf maximum rescales by exp(NaN), not 1"),
     ("attention/kernels_softmax.hpp", "if (store_capped) v[u].store_aligned(s + u * W);", "(void)store_capped;",
      "online softmax, rows as lanes: soft-capped scores not stored back"),
-    ("attention/kernels_softmax.hpp", "const __m512 &x = v[(2 * i) / 4 + 4 * ((2 * i) % 4)], &y = v[(2 * i + 1) / 4 + 4 * ((2 * i + 1) % 4)];",
+    ("attention/kernels_softmax.hpp", "const __m512 &x = v[transposed4x4(2 * i)], &y = v[transposed4x4(2 * i + 1)];",
      "const __m512 &x = v[2 * i], &y = v[2 * i + 1];", "16-vector reduction: inputs not fed transposed (lane i is not v[i]'s sum)"),
     ("attention/kernels.hpp", "_mm_storeu_ps(s + 2 * BK, _mm512_extractf32x4_ps(v, 2));", "_mm_storeu_ps(s + 2 * BK, _mm512_extractf32x4_ps(v, 3));",
      "decode QK 4x4 block: row r0 + 2 stored from row r0 + 3's lane"),

@@ -46,22 +46,27 @@ struct attention_softmax_step : attention_vector_math<Arch> {
     /// Lane i of the result = v[i]'s lanes combined by `op` in hsum's pairwise tree (lanes 8 apart,
     /// then 4, 2, 1), bit for bit, for all 16 vectors at once: 30 two-source shuffles and 15 ops
     /// instead of 16 separate reductions. The shuffles (vshuff32x4, vshufps) leave their sources
-    /// intact, so no copies, and the network transposes 4 × 4: v is fed in that order so that lane i
-    /// comes out as v[i].
+    /// intact, so no copies, and the network transposes 4 × 4: v is fed in that order
+    /// (transposed4x4) so that lane i comes out as v[i].
     template <class Op>
     static __m512 pairwise16(const __m512 (&v)[16], Op op) noexcept {
-        constexpr int q0q1 = 0x44, q2q3 = 0xEE, even = 0x88, odd = 0xDD;  // (lanes j, then j + s)
+        // The same immediates pick 128-bit blocks in vshuff32x4 and elements of each block in vshufps:
+        // (first half of x, first half of y) and (second halves), or (evens of x, evens of y) and (odds).
+        constexpr int first_halves = 0x44, second_halves = 0xEE, evens = 0x88, odds = 0xDD;
         __m512 t[8], u[4], w[2];
         POSENC_UNROLL for (std::size_t i = 0; i < 8; ++i) {  // lanes 8 apart
-            const __m512 &x = v[(2 * i) / 4 + 4 * ((2 * i) % 4)], &y = v[(2 * i + 1) / 4 + 4 * ((2 * i + 1) % 4)];
-            t[i] = op(_mm512_shuffle_f32x4(x, y, q0q1), _mm512_shuffle_f32x4(x, y, q2q3));
+            const __m512 &x = v[transposed4x4(2 * i)], &y = v[transposed4x4(2 * i + 1)];
+            t[i] = op(_mm512_shuffle_f32x4(x, y, first_halves), _mm512_shuffle_f32x4(x, y, second_halves));
         }
         POSENC_UNROLL for (std::size_t i = 0; i < 4; ++i)  // 4 apart
-            u[i] = op(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], even), _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], odd));
+            u[i] = op(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], evens), _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], odds));
         POSENC_UNROLL for (std::size_t i = 0; i < 2; ++i)  // 2 apart
-            w[i] = op(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], q0q1), _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], q2q3));
-        return op(_mm512_shuffle_ps(w[0], w[1], even), _mm512_shuffle_ps(w[0], w[1], odd));  // 1 apart
+            w[i] = op(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], first_halves),
+                      _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], second_halves));
+        return op(_mm512_shuffle_ps(w[0], w[1], evens), _mm512_shuffle_ps(w[0], w[1], odds));  // 1 apart
     }
+    /// Index j of a 4 × 4 matrix stored by rows, read by columns.
+    static constexpr std::size_t transposed4x4(std::size_t j) noexcept { return j / 4 + 4 * (j % 4); }
     static __m512 pairwise_sums16(const __m512 (&v)[16]) noexcept {
         return pairwise16(v, [](__m512 x, __m512 y) noexcept { return _mm512_add_ps(x, y); });
     }
