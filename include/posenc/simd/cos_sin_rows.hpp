@@ -49,7 +49,10 @@ struct cos_sin_rows : lane_io<Arch> {
                 cv.store_unaligned(c + i);
                 sv.store_unaligned(s + i);
             }
-            if (reduced) return;  // (else an angle too large for the vector reduction: the scalar row)
+            if (reduced) return;
+            alignas(64) double cd[max_rotary_dim / 2], sd[max_rotary_dim / 2];  // (an angle beyond its reach)
+            scalar_row(inv_freq, pairs, position, amplitude, cd, sd);
+            return to_float(cd, sd, pairs, c, s);
         }
         alignas(64) double cd[max_rotary_dim / 2 + 2 * W], sd[max_rotary_dim / 2 + 2 * W];
         cos_sin_row(inv_freq, pairs, position, amplitude, cd, sd);
