@@ -254,29 +254,33 @@ private:
             const std::size_t bytes = src.head_dim() * sizeof(Storage);
             for (std::size_t t = begin; t < end; ++t)
                 for (std::size_t h = 0; h < src.heads(); ++h) {
-                    if (t + 1 < end) prefetch_row(src.row(t + 1, h), dst.row(t + 1, h), bytes);
+                    if (t + 1 < end) prefetch_row(src.row(t + 1, h), bytes, dst.row(t + 1, h), bytes);
                     std::memcpy(dst.row(t, h), src.row(t, h), bytes);
                 }
         } else {
             static_assert(std::is_same_v<Src, float>);
             const auto narrow = simd::attention_kernels().narrow;
-            for (std::size_t t = begin; t < end; ++t)
-                narrow({src.row(t, 0), src.heads(), src.head_dim(), src.head_stride(), dst.row(t, 0), dtype_of<Storage>,
-                        dst.head_stride()});
+            const std::size_t dim = src.head_dim();
+            for (std::size_t t = begin; t < end; ++t) {
+                if (t + 1 < end)
+                    for (std::size_t h = 0; h < src.heads(); ++h)
+                        prefetch_row(src.row(t + 1, h), dim * sizeof(float), dst.row(t + 1, h), dim * sizeof(Storage));
+                narrow({src.row(t, 0), src.heads(), dim, src.head_stride(), dst.row(t, 0), dtype_of<Storage>, dst.head_stride()});
+            }
         }
     }
     // Always inlined: g++ 12 at -O2 deletes calls to an out-of-line function whose only effect is a
     // prefetch (see simd/kernels.hpp). Not shared with the kernels' prefetch_lines: code included by
     // the per-architecture units must not be shared with baseline code (the COMDAT rule).
-    [[gnu::always_inline]] static void prefetch_row(const void* src, void* dst, std::size_t bytes) noexcept {
+    [[gnu::always_inline]] static void prefetch_row(const void* src, std::size_t src_bytes, void* dst,
+                                                    std::size_t dst_bytes) noexcept {
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC unroll 8
-        for (std::size_t b = 0; b < bytes; b += 64) {
-            __builtin_prefetch(reinterpret_cast<const char*>(src) + b);
-            __builtin_prefetch(reinterpret_cast<char*>(dst) + b, 1);
-        }
+        for (std::size_t b = 0; b < src_bytes; b += 64) __builtin_prefetch(reinterpret_cast<const char*>(src) + b);
+#pragma GCC unroll 8
+        for (std::size_t b = 0; b < dst_bytes; b += 64) __builtin_prefetch(reinterpret_cast<char*>(dst) + b, 1);
 #else
-        (void)src, (void)dst, (void)bytes;
+        (void)src, (void)src_bytes, (void)dst, (void)dst_bytes;
 #endif
     }
     // V on the threads the transform rotates K on (its set_threads / set_executor): with K split and
