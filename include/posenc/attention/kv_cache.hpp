@@ -241,11 +241,10 @@ private:
 
     // Token-major, as the projection output is laid out: the source is read in order (head-major
     // reads jump a token stride per row, which the hardware prefetcher does not follow), and the
-    // cache's kv_heads rows per token are kv_heads sequential write streams. Each row's next-token
-    // row, source and destination, is asked for before the row is copied, as the rotary kernels do
-    // (Zen 5, three rounds: S1's V alone into a head-major cache, against a copy of the same bytes,
-    // 0.67–0.75 with memcpy alone, 0.79–0.85 with the prefetches; kv_cache/append, K and V, 0.61–0.74
-    // → 0.76–0.81).
+    // cache's kv_heads rows per token are kv_heads sequential write streams. The next token's rows,
+    // source and destination, are asked for before a token is copied (each row by itself in the
+    // float copy; all of the next token's heads at once before a 16-bit token is narrowed, since
+    // the narrowing step takes a token's heads in one call).
     /// A float source into a 16-bit cache is rounded by the SIMD narrowing step, one token's heads a call.
     template <class Src>
     static void copy_rows(const heads_view<const Src>& src, const heads_view<Storage>& dst, std::size_t begin,

@@ -50,7 +50,8 @@ struct cos_sin_rows : lane_io<Arch> {
                 sv.store_unaligned(s + i);
             }
             if (reduced) return;
-            alignas(64) double cd[max_rotary_dim / 2], sd[max_rotary_dim / 2];  // (an angle beyond its reach)
+            // An angle beyond the vector reduction's reach: the scalar route.
+            alignas(64) double cd[max_rotary_dim / 2], sd[max_rotary_dim / 2];
             scalar_row(inv_freq, pairs, position, amplitude, cd, sd);
             return to_float(cd, sd, pairs, c, s);
         }
