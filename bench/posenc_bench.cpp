@@ -41,7 +41,7 @@
 // part), limit_fraction = its FLOP/s over the limit GEMM's and fma_fraction = its FLOP/s over the
 // core's FMA peak (an FMA loop of 12 independent chains, fma_peak_pass), each timed alternately with
 // the kernel in the same benchmark; S6 reports bytes/s (K and V read) against the read pass over the
-// same bytes.
+// same bytes as its limit_fraction, and fma_fraction as prefill (decode is bound by whichever is larger).
 //   rope/S1-bf16, S1-fp16/<layout>/threads:N   S1 in 16-bit storage; limit: x ^= sign over the same 16-bit buffers
 //   rope/L2-bf16, L2-fp16/<layout>  the same for 64 tokens (640 KiB: in L2), 1 thread: the kernel's arithmetic
 //                               without S1's memory traffic; ns_per_head, limit as above over those buffers
