@@ -241,10 +241,11 @@ private:
 
     // Token-major, as the projection output is laid out: the source is read in order (head-major
     // reads jump a token stride per row, which the hardware prefetcher does not follow), and the
-    // cache's kv_heads rows per token are kv_heads sequential write streams. The next token's rows,
-    // source and destination, are asked for before a token is copied (each row by itself in the
-    // float copy; all of the next token's heads at once before a 16-bit token is narrowed, since
-    // the narrowing step takes a token's heads in one call).
+    // cache's kv_heads rows per token are kv_heads sequential write streams. Each token's source
+    // rows start a new 4 KiB page for the usual shapes, where the hardware prefetcher restarts, so
+    // the next token's rows, source and destination, are asked for before a token is copied: row by
+    // row in the same-type copy (memcpy), all of its heads at once before a float token is narrowed
+    // into a 16-bit cache (the narrowing step takes a token's heads in one call).
     /// A float source into a 16-bit cache is rounded by the SIMD narrowing step, one token's heads a call.
     template <class Src>
     static void copy_rows(const heads_view<const Src>& src, const heads_view<Storage>& dst, std::size_t begin,
