@@ -23,9 +23,9 @@
 //   attention/S6-token-major/... the same keys in a plain [token][kv head][dim] buffer
 //   attention/S6-head-major/... a plain buffer laid out [kv head][token][dim] (what kv_cache stores)
 //   attention/S6/executor:pool2, S6-bf16/...  S6 with threads = 2 on the caller's persistent pool
-//                               (options.executor); limit: the read pass on the same pool
+//                               (options.executor); limits: the read pass and the FMA peak on the same pool
 //   attention/S6-200/threads:N, executor:pool2   S6 against 200 cached tokens: below the work threshold,
-//                               so threads = 2 runs on the caller's thread
+//                               so threads = 2 runs on the caller's thread (and its limits on one thread)
 //   attention/<S5|S5-rope|S6>-bf16, -fp16/threads:N   K and V in 16 bits: S5 and S5-rope (with a cos/sin
 //                               table) over converted copies, S6 over a kv_cache<rotary, bf16/fp16>
 //   kv_cache/append/threads:N   kv_cache::append of S1's K [2048,8,128] (rotated, RoPE base 10000) and a V
@@ -41,7 +41,8 @@
 // part), limit_fraction = its FLOP/s over the limit GEMM's and fma_fraction = its FLOP/s over the
 // core's FMA peak (an FMA loop of 12 independent chains, fma_peak_pass), each timed alternately with
 // the kernel in the same benchmark; S6 reports bytes/s (K and V read) against the read pass over the
-// same bytes as its limit_fraction, and fma_fraction as prefill (decode is bound by whichever is larger).
+// same bytes as its limit_fraction, and FLOP/s and fma_fraction as prefill (decode is bound by the read or
+// the FMAs, whichever takes longer: the larger fraction is how close it comes to that bound).
 //   rope/S1-bf16, S1-fp16/<layout>/threads:N   S1 in 16-bit storage; limit: x ^= sign over the same 16-bit buffers
 //   rope/L2-bf16, L2-fp16/<layout>  the same for 64 tokens (640 KiB: in L2), 1 thread: the kernel's arithmetic
 //                               without S1's memory traffic; ns_per_head, limit as above over those buffers

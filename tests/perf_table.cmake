@@ -2,7 +2,8 @@
 # medians of the sample's repetitions, worked out by hand from its values (each column's median on its
 # own): rope/S2 times 320, 300, 290 ns -> 300 ns, bytes/s 1.7e11, 1.6e11, 1.5e11 -> 160.0 GB/s, limit
 # fractions 0.40, 0.50, 0.60 -> 0.50; attention/S5 has aggregates only: its median (16.1 ms,
-# 6.69e10 FLOP/s, 0.46, 0.28), not its mean (20 ms); kv_cache/append-bf16 1500, 1020, 1070 us ->
+# 6.69e10 FLOP/s, 0.46, 0.28), not its mean (20 ms); attention/S6-bf16 (decode) fills all four number
+# cells from its median (1.40 ms, 2.4e10 B/s, 9.6e10 FLOP/s, 0.39, 0.45); kv_cache/append-bf16 1500, 1020, 1070 us ->
 # 1.07 ms, 2.0e10, 2.4e10, 2.35e10 -> 23.5 GB/s, 0.70, 0.95, 0.89 -> 0.89; attention/S6 reported an error.
 # Then --update on a copy of tests/data/perf-table/page.md: text outside the markers kept, a rows=
 # marker gets only its rows, a second run changes nothing, and a file without markers is an error.
@@ -20,6 +21,7 @@ foreach(expected
     "| benchmark | time | GB/s | GFLOP/s | ratio to its in-run limit | FMA-peak ratio |"
     "| `rope/S2/half_split` | 300 ns | 160.0 |  | 0.50 |  |"
     "| `attention/S5/threads:1` | 16.1 ms |  | 66.9 | 0.46 | 0.28 |"
+    "| `attention/S6-bf16/threads:1` | 1.40 ms | 24.0 | 96.0 | 0.39 | 0.45 |"
     "| `kv_cache/append-bf16/threads:1` | 1.07 ms | 23.5 |  | 0.89 |  |"
     "| `attention/S6/threads:1` | error: inputs drifted into subnormals |")
   string(FIND "${table}" "${expected}" at)
