@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "posenc/core/detail/angles.hpp"
 #include "posenc/simd/lane_io.hpp"
@@ -42,14 +43,18 @@ struct cos_sin_rows : lane_io<Arch> {
             // Whole float vectors narrowed in registers: no double row in memory, no per-lane
             // rounding loop whose narrow stores the rotation's vector loads would wait on.
             const dbatch p(static_cast<double>(position)), amp(amplitude);
-            bool reduced = true;
-            for (std::size_t i = 0; i < pairs; i += W) {
-                fbatch cv, sv;
-                if (!cos_sin_column(inv_freq + i, p, amp, cv, sv)) reduced = false;
-                cv.store_unaligned(c + i);
-                sv.store_unaligned(s + i);
-            }
-            if (reduced) return;
+            const auto columns = [&](auto scaled) {
+                bool reduced = true;
+                for (std::size_t i = 0; i < pairs; i += W) {
+                    fbatch cv, sv;
+                    reduced &= cos_sin_column<decltype(scaled)::value>(inv_freq + i, p, amp, cv, sv);
+                    cv.store_unaligned(c + i);
+                    sv.store_unaligned(s + i);
+                }
+                return reduced;
+            };
+            // (× 1 changes no bits: amplitude 1, the common case, skips the products.)
+            if (amplitude == 1.0 ? columns(std::false_type{}) : columns(std::true_type{})) return;
             // An angle beyond the vector reduction's reach: the scalar route.
             alignas(64) double cd[max_rotary_dim / 2], sd[max_rotary_dim / 2];
             scalar_row(inv_freq, pairs, position, amplitude, cd, sd);
@@ -102,12 +107,13 @@ struct cos_sin_rows : lane_io<Arch> {
 
     /// cos/sin × amp of p·θᵢ for the W pairs from inv_freq (|p| ≤ far_position), as float vectors in
     /// registers: the lanes cos_sin_row gives, computed the same way; false as cos_sin_lanes.
+    template <bool Scaled = true>
     [[gnu::always_inline]] static bool cos_sin_column(const double* inv_freq, const dbatch& p, const dbatch& amp, fbatch& c,
                                                       fbatch& s) noexcept {
         static_assert(W == 2 * WD);
         dbatch c0, s0, c1, s1;
-        const bool low = cos_sin_lanes(p * dbatch::load_unaligned(inv_freq), amp, c0, s0);
-        const bool high = cos_sin_lanes(p * dbatch::load_unaligned(inv_freq + WD), amp, c1, s1);
+        const bool low = cos_sin_lanes<Scaled>(p * dbatch::load_unaligned(inv_freq), amp, c0, s0);
+        const bool high = cos_sin_lanes<Scaled>(p * dbatch::load_unaligned(inv_freq + WD), amp, c1, s1);
         c = ops::narrow(c0, c1);
         s = ops::narrow(s0, s1);
         return low && high;
@@ -124,22 +130,20 @@ struct cos_sin_rows : lane_io<Arch> {
     /// r ∈ [−π/4, π/4]; cos r and sin r come from their Taylor series (through r¹⁶ and r¹⁵, whose
     /// remainders are below 1e-16 there) and are mapped to the quadrant. False when some lane's a is
     /// beyond max_quadrants·π/2 (or NaN): those lanes are garbage, and the caller takes the scalar path.
+    template <bool Scaled = true>
     [[gnu::always_inline]] static bool cos_sin_lanes(const dbatch& a, const dbatch& amp, dbatch& c, dbatch& s) noexcept {
         constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
         constexpr double two_over_pi = 0.6366197723675814;
-        const dbatch one(1.0), two(2.0), three(3.0);
-        const dbatch n_nearest = xsimd::nearbyint(a * dbatch(two_over_pi));
-        const auto in_reach = xsimd::abs(n_nearest) < dbatch(max_quadrants);
-        const bool reduced = xsimd::all(in_reach);
-        // Lanes out of reach compute with n = 0 (discarded): SSE2's floor converts to int64, which
-        // is undefined for them.
-        const dbatch n = xsimd::select(in_reach, n_nearest, dbatch(0.0));
+        using ibatch = xsimd::batch<std::int64_t, Arch>;
+        const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
+        // Lanes out of reach (or NaN) compute garbage the caller discards: nothing below converts n
+        // to an integer type, so no lane is undefined.
+        const bool reduced = xsimd::all(xsimd::abs(n) < dbatch(max_quadrants));
         dbatch r;
         if constexpr (ops::has_fma)
             r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));
         else
             r = ((a - n * dbatch(0x1.921fb6p+0)) - n * dbatch(-0x1.777a5cp-25)) - n * dbatch(-0x1.ee59d9cceba40p-50);
-        const dbatch q = ops::fnma(xsimd::floor(n * dbatch(0.25)), dbatch(4.0), n);  // n mod 4
         const dbatch z = r * r;
         dbatch sn = ops::fma(z, dbatch(-1.0 / 1307674368000.0), dbatch(1.0 / 6227020800.0));
         sn = ops::fma(z, sn, dbatch(-1.0 / 39916800.0));
@@ -154,13 +158,22 @@ struct cos_sin_rows : lane_io<Arch> {
         cs = ops::fma(z, cs, dbatch(1.0 / 40320.0));
         cs = ops::fma(z, cs, dbatch(-1.0 / 720.0));
         cs = ops::fma(z, cs, dbatch(1.0 / 24.0));
-        cs = ops::fma(z * z, cs, ops::fnma(dbatch(0.5), z, one));
-        // angle = n·π/2 + r: q = 1 gives (cos, sin) = (−sin r, cos r), q = 2 (−cos r, −sin r),
-        // q = 3 (sin r, −cos r).
-        const auto odd = (q == one) | (q == three);
-        const dbatch sv = xsimd::select(odd, cs, sn), cv = xsimd::select(odd, sn, cs);
-        c = xsimd::select((q == one) | (q == two), -cv, cv) * amp;
-        s = xsimd::select(q >= two, -sv, sv) * amp;
+        cs = ops::fma(z * z, cs, ops::fnma(dbatch(0.5), z, dbatch(1.0)));
+        // angle = n·π/2 + r: q = n mod 4 = 1 gives (cos, sin) = (−sin r, cos r), q = 2 (−cos r, −sin r),
+        // q = 3 (sin r, −cos r). q is the low two bits of n + 1.5·2⁵² (exact for |n| < 2⁵¹; 1.5·2⁵²
+        // is a multiple of 4, so negative n wrap as they should): odd q swaps, bit 1 negates sin, and
+        // bit 1 of q + 1 negates cos.
+        const ibatch q = xsimd::bitwise_cast<ibatch>(n + dbatch(0x1.8p52));
+        const dbatch sign(-0.0);
+        const auto odd = xsimd::bitwise_cast<dbatch>((q << 63) | ibatch(0x3ff0000000000000)) < dbatch(0.0);  // ±1
+        const dbatch s_flip = xsimd::bitwise_cast<dbatch>(q << 62) & sign;
+        const dbatch c_flip = xsimd::bitwise_cast<dbatch>((q + ibatch(1)) << 62) & sign;
+        c = xsimd::select(odd, sn, cs) ^ c_flip;
+        s = xsimd::select(odd, cs, sn) ^ s_flip;
+        if constexpr (Scaled) {
+            c *= amp;
+            s *= amp;
+        }
         return reduced;
     }
 
