@@ -95,17 +95,23 @@ struct view_names {
 };
 inline constexpr view_names single_view{"src", "dst"}, q_views{"q_src", "q_dst"}, k_views{"k_src", "k_dst"};
 
-/// A Q or K view for a call: head_dim as the encoding's, one token per position. Builds its
-/// messages only on failure (it runs on every call).
+/// Throws require_view's error for a view whose head_dim or tokens differ (out of line: the check
+/// inlines into every call without the registers and frame the messages need).
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_view_shape(std::string_view name, std::size_t view_head_dim,
+                                                                   std::size_t view_tokens, std::size_t tokens,
+                                                                   std::size_t head_dim) {
+    if (view_head_dim != head_dim)
+        throw config_error(std::string(name) + ".head_dim", to_text(view_head_dim),
+                           "must equal the encoding's head_dim = " + to_text(head_dim));
+    throw config_error(std::string(name) + ".tokens", to_text(view_tokens),
+                       "must equal the number of positions = " + to_text(tokens));
+}
+
+/// A Q or K view for a call: head_dim as the encoding's, one token per position.
 template <class T>
 void require_view(const heads_view<T>& v, std::string_view name, std::size_t tokens, std::size_t head_dim) {
-    if (absent(v)) return;
-    if (v.head_dim() != head_dim)
-        throw config_error(std::string(name) + ".head_dim", to_text(v.head_dim()),
-                           "must equal the encoding's head_dim = " + to_text(head_dim));
-    if (v.tokens() != tokens)
-        throw config_error(std::string(name) + ".tokens", to_text(v.tokens()),
-                           "must equal the number of positions = " + to_text(tokens));
+    if (!absent(v) && (v.head_dim() != head_dim || v.tokens() != tokens)) [[unlikely]]
+        throw_view_shape(name, v.head_dim(), v.tokens(), tokens, head_dim);
 }
 
 /// Byte range [first, last) a view touches (empty: {0, 0}).
