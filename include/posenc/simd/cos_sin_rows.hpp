@@ -37,8 +37,10 @@ struct cos_sin_rows : lane_io<Arch> {
     /// to float. Cheap enough to run per token in the hot loop (no general-purpose sincos with its
     /// own range reduction), and equal to the scalar reference up to a rare 1-ulp double rounding.
     /// Every lane takes the same operations whatever the width, so the rows are width-independent.
-    static void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t position, double amplitude,
-                            float* c, float* s) noexcept {
+    /// Always inlined (the rest out of line): a one-token call waits on this row, and the call's
+    /// frame for the scalar route's buffers and its prologue were a visible part of it.
+    [[gnu::always_inline]] static void cos_sin_row(const double* inv_freq, std::size_t pairs, std::int64_t position,
+                                                   double amplitude, float* c, float* s) noexcept {
         if (pairs % W == 0 && position <= far_position && position >= -far_position) {
             // Whole float vectors narrowed in registers: no double row in memory, no per-lane
             // rounding loop whose narrow stores the rotation's vector loads would wait on.
@@ -55,11 +57,14 @@ struct cos_sin_rows : lane_io<Arch> {
             };
             // (× 1 changes no bits: amplitude 1, the common case, skips the products.)
             if (amplitude == 1.0 ? columns(std::false_type{}) : columns(std::true_type{})) return;
-            // An angle beyond the vector reduction's reach: the scalar route.
-            alignas(64) double cd[max_rotary_dim / 2], sd[max_rotary_dim / 2];
-            scalar_row(inv_freq, pairs, position, amplitude, cd, sd);
-            return to_float(cd, sd, pairs, c, s);
         }
+        cos_sin_row_through_double(inv_freq, pairs, position, amplitude, c, s);
+    }
+
+    /// The float row through a double row: pairs not a multiple of W, far positions, and angles
+    /// beyond the vector reduction's reach (the scalar route).
+    [[gnu::noinline]] static void cos_sin_row_through_double(const double* inv_freq, std::size_t pairs, std::int64_t position,
+                                                             double amplitude, float* c, float* s) noexcept {
         alignas(64) double cd[max_rotary_dim / 2 + 2 * W], sd[max_rotary_dim / 2 + 2 * W];
         cos_sin_row(inv_freq, pairs, position, amplitude, cd, sd);
         to_float(cd, sd, pairs, c, s);
