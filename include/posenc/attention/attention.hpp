@@ -32,10 +32,10 @@
 // cos/sin makes the dominant overhead for long RoPE prefill; a cos/sin table (table_transform below)
 // turns it into a table lookup. Measured numbers: docs/performance.md.
 //
-// Threads (options.threads, on options.executor when given) split the work items round-robin, or the
-// items' key segments when there are fewer items than threads (decode); a call of under ~2M
-// multiply-adds a thread uses fewer. Each item and segment is computed by the same code whatever the
-// thread count, so the output is bit-identical for any count.
+// Threads (options.threads, on options.executor when given) take the work items from a shared
+// counter, or the items' key segments when there are fewer items than threads (decode); a call of
+// under ~2M multiply-adds a thread uses fewer. Each item and segment is computed by the same code
+// whatever the thread that runs it, so the output is bit-identical for any count.
 //
 // Every check runs before anything is written (out's bytes are unchanged after a throw): shapes, head
 // ratio, positions, out overlapping Q/K/V, mask parameters, sinks, sequence ids, the bias's heads and
@@ -43,6 +43,7 @@
 // posenc's (that may reject an interior position) is computed into scratch and copied out at the end.
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -196,20 +197,25 @@ void check_attention(const Enc& enc, const heads_view<const float>& q, const hea
     }
 }
 
-/// f(unit, thread) for every unit, round-robin over `threads` threads (causal work grows with the
-/// query tile, so neighbours go to different threads): on opt.executor when given, else posenc's own
-/// threads. The first exception is rethrown after every thread has finished.
+/// f(unit, thread) for every unit on up to `threads` threads (on opt.executor when given, else
+/// posenc's own threads). Each thread takes the next unit from a shared counter, the last units first
+/// (causal work grows with the query tile): a thread on a busy core takes fewer, where a fixed
+/// split left the other waiting. Which thread runs a unit changes nothing in its result. The first
+/// exception is rethrown after every thread has finished.
 template <class F>
-void run_round_robin(unsigned threads, const attention_options& opt, std::size_t units, const F& f) {
+void run_units(unsigned threads, const attention_options& opt, std::size_t units, const F& f) {
     if (threads <= 1) {
         for (std::size_t i = 0; i < units; ++i) f(i, std::size_t{0});
         return;
     }
+    std::atomic<std::size_t> taken{0};
     std::exception_ptr failure;
     std::mutex failure_lock;
     auto slice = [&](std::size_t b, std::size_t e) {
         for (std::size_t tid = b; tid < e; ++tid) try {
-                for (std::size_t i = tid; i < units; i += threads) f(i, tid);
+                for (std::size_t k = taken.fetch_add(1, std::memory_order_relaxed); k < units;
+                     k = taken.fetch_add(1, std::memory_order_relaxed))
+                    f(units - 1 - k, tid);
             } catch (...) {
                 const std::lock_guard<std::mutex> lock(failure_lock);
                 if (!failure) failure = std::current_exception();
@@ -262,7 +268,7 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
     const attn_sink_and_lse extra{opt.sinks, lse};
 
     if (!split) {
-        run_round_robin(threads, opt, items, [&](std::size_t item, std::size_t tid) {
+        run_units(threads, opt, items, [&](std::size_t item, std::size_t tid) {
             attn_scratch& w = scratch[tid];
             const attn_query_tile t = call.load_queries(item, w);
             if (sh.segments == 1) {  // folding one segment into an empty total copies it: finish from it
@@ -291,7 +297,7 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
     for (std::size_t item = 0; item < items; ++item) clear_total(state_at(totals.get() + item * per_state), rows_of(item));
     for (std::size_t first = 0; first < units; first += wave) {
         const std::size_t n = std::min(wave, units - first);
-        run_round_robin(threads, opt, n, [&](std::size_t i, std::size_t tid) {
+        run_units(threads, opt, n, [&](std::size_t i, std::size_t tid) {
             const std::size_t unit = first + i;
             const attn_query_tile t = call.load_queries(unit / sh.segments, scratch[tid]);
             call.run_segment(t, unit % sh.segments, scratch[tid], state_at(states.get() + i * per_state));

@@ -188,13 +188,13 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
                             table * call.table_buffers() * sizeof(float) > opt.max_grad_buffer_bytes;
     if (wanted <= Hkv && !shaw_waves) {  // a kv head per item, each block once (the two passes' bits)
         std::vector<float> tables(table * call.table_buffers());  // zeros: the items add their shares to them
-        run_round_robin(static_cast<unsigned>(wanted), opt, Hkv, [&](std::size_t hk, std::size_t tid) {
+        run_units(static_cast<unsigned>(wanted), opt, Hkv, [&](std::size_t hk, std::size_t tid) {
             call.head_item(hk, scratch[tid], dq, dk, dv, pg, tables);
         });
         add_buffers(tables, call.table_buffers());
     } else {
         const std::size_t key_items = ktiles * Hkv;
-        run_round_robin(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(key_items, 1))), opt, key_items,
+        run_units(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(key_items, 1))), opt, key_items,
                         [&](std::size_t item, std::size_t tid) { call.key_item(item % Hkv, item / Hkv, scratch[tid], dk, dv); });
         // A wave is whole query tiles (a T5 buffer is shared by a tile's kv heads): all of them at once
         // without Shaw, else about 4 items a thread.
@@ -204,7 +204,7 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
         for (std::size_t qt0 = 0; qt0 < qtiles; qt0 += wave_tiles) {
             const std::size_t tiles = std::min(wave_tiles, qtiles - qt0), items = tiles * Hkv;
             std::fill(tables.begin(), tables.end(), 0.0f);
-            run_round_robin(static_cast<unsigned>(std::min(wanted, items)), opt, items,
+            run_units(static_cast<unsigned>(std::min(wanted, items)), opt, items,
                             [&](std::size_t item, std::size_t tid) {
                                 const std::size_t hk = item % Hkv, qt = item / Hkv;
                                 call.query_item(hk, qt0 + qt, scratch[tid], dq, pg,
