@@ -149,6 +149,10 @@ template <class A, class B>
     return k_lo <= static_cast<std::int64_t>(b.tokens()) - 1 && d + k_lo * ts < ra;
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_same_memory() {
+    throw config_error("k", "the memory of q", "Q and K of one call must be different memory (each would be rotated twice)");
+}
+
 /// The two views of an in-place call with Q and K: each a view for the call, and not the same memory
 /// (each would be rotated twice). Other overlaps are not detected: Q and K of a fused QKV row
 /// interleave in memory without sharing an element, so their byte ranges cannot tell.
@@ -157,8 +161,8 @@ void require_in_place_views(const heads_view<T>& q, const heads_view<T>& k, std:
                             std::string_view q_name) {
     require_view(q, q_name, tokens, head_dim);
     require_view(k, "k", tokens, head_dim);
-    if (!q.empty() && !k.empty() && q.data() == k.data())
-        throw config_error("k", "the memory of q", "Q and K of one call must be different memory (each would be rotated twice)");
+    if (!q.empty() && !k.empty() && q.data() == k.data()) [[unlikely]]
+        throw_same_memory();
 }
 
 /// An out-of-place source and destination: same shape, and either the source itself (the same
