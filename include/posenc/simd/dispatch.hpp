@@ -126,14 +126,29 @@ using no_f16c_archs = xsimd::arch_list<xsimd::sse4_2, xsimd::sse2>;
     return false;
 }
 
+using rotate_entry = void (*)(const rotate_args&) noexcept;
+
+template <class Arch>
+void rotate_on(const rotate_args& args) noexcept {
+    rotate_functor{}(Arch{}, args);
+}
+
+/// rotate_on's instance for the architecture dispatch picks.
+struct rotate_entry_of {
+    template <class Arch>
+    rotate_entry operator()(Arch) const noexcept {
+        return &rotate_on<Arch>;
+    }
+};
+
 /// Runs one call (or one thread's slice of a call) on the widest kernels this CPU has, whatever the
 /// call's size: with whole-head loads before stores (kernels.hpp) the widest measured fastest at every
 /// size, and one width keeps a token's bits independent of the call's size.
 inline void rotate(const rotate_args& args) noexcept {
-    if (uses_fp16(args) && !cpu_has_f16c())
-        dispatch_capped<no_f16c_archs>(rotate_functor{}, args);
-    else
-        dispatch_capped<dispatch_archs>(rotate_functor{}, args);
+    if (uses_fp16(args) && !cpu_has_f16c()) return dispatch_capped<no_f16c_archs>(rotate_functor{}, args);
+    // The choice made once: a one-token call is short enough for the walk to show.
+    static const rotate_entry widest = dispatch_capped<dispatch_archs>(rotate_entry_of{});
+    widest(args);
 }
 inline void build_table(const table_args& args) noexcept { dispatch_capped<dispatch_archs>(table_functor{}, args); }
 #else
