@@ -362,6 +362,35 @@ TEST_CASE("kv_cache<fp16> of NoPE: K and V rounded once, 16-bit inputs copied", 
     CHECK(mismatch == 0);
 }
 
+namespace engine_kv_test {
+/// An executor that runs its tasks on the calling thread, one after another, the last first.
+inline void one_by_one_reversed(std::size_t n, const std::function<void(std::size_t)>& task) {
+    for (std::size_t i = n; i-- > 0;) task(i);
+}
+}  // namespace engine_kv_test
+
+TEST_CASE("attention: prefill items taken by any thread in any order give one thread's bits", "[attention][engine][threads]") {
+    // 200 queries, 2 kv heads: query tiles of 64 tokens (keys rotated in the loop), 8 items whose
+    // causal work grows with the tile.
+    const attn_problem p = make_attn_problem(200, 200, 4, 2, 16, 16, 97);
+    const posenc::rotary<posenc::half_split> rope({.head_dim = 16}, posenc::default_rope{});
+    const posenc::attention_encoding enc{rope, posenc::alibi_bias({.heads = 4})};
+    std::vector<float> q = p.q, k = p.k, v = p.v, one(200 * 4 * 16);
+    const posenc::position_ids qp(p.qpos), kp(p.kpos);
+    posenc::attention(enc, hv(q, 200, 4, 16), hv(k, 200, 2, 16), hv(v, 200, 2, 16), hv(one, 200, 4, 16), qp, kp,
+                      posenc::causal_mask{});
+    for (const bool one_by_one : {false, true})
+        for (unsigned threads : {2u, 3u}) {
+            posenc::attention_options opt{.threads = threads, .min_fmas_per_thread = 0};
+            if (one_by_one) opt.executor = engine_kv_test::one_by_one_reversed;
+            std::vector<float> out(one.size(), -1.0f);
+            posenc::attention(enc, hv(q, 200, 4, 16), hv(k, 200, 2, 16), hv(v, 200, 2, 16), hv(out, 200, 4, 16), qp, kp,
+                              posenc::causal_mask{}, opt);
+            INFO("threads " << threads << (one_by_one ? ", tasks one by one, the last first" : ""));
+            CHECK(bits_equal(out, one));
+        }
+}
+
 TEST_CASE("attention: split-KV decode gives one thread's bits, with an executor too", "[attention][engine][threads]") {
     for (const std::size_t Hkv : {1u, 2u}) {
         const std::size_t Hq = 16 * Hkv;  // enough work for 4 threads (about 2M multiply-adds each)
@@ -397,6 +426,13 @@ TEST_CASE("attention: split-KV decode gives one thread's bits, with an executor 
         posenc::attention(enc, hv(q, 1, Hq, 64), hv(k, 4500, Hkv, 64), hv(v, 4500, Hkv, 64), hv(out, 1, Hq, 64), qp,
                           kp, posenc::causal_mask{}, opt);
         CHECK(tasks.load() == 4);
+        CHECK(bits_equal(out, one));
+        // Tasks run one after another, the last first: the first takes every unit (largest first)
+        // into one scratch, so a unit that read what an earlier one left there would show.
+        opt.executor = engine_kv_test::one_by_one_reversed;
+        std::fill(out.begin(), out.end(), -1.0f);
+        posenc::attention(enc, hv(q, 1, Hq, 64), hv(k, 4500, Hkv, 64), hv(v, 4500, Hkv, 64), hv(out, 1, Hq, 64), qp,
+                          kp, posenc::causal_mask{}, opt);
         CHECK(bits_equal(out, one));
     }
 }
@@ -687,6 +723,32 @@ struct picky_transform {
     }
 };
 }  // namespace engine_kv_test
+
+TEST_CASE("attention: with several failing items, threads rethrow the error one thread would", "[attention][engine][errors]") {
+    // Position 30 fails in query tile 0 (and in every later tile, through its keys); 195 fails first
+    // in the last tile, which threads take first. One thread stops at tile 0: "30".
+    const attn_problem p = make_attn_problem(200, 200, 2, 1, 8, 8, 98);
+    std::vector<float> q = p.q, k = p.k, v = p.v, out(200 * 2 * 8, 4.0f);
+    struct two_holes {
+        void apply(posenc::heads_view<float>, posenc::heads_view<float>, const posenc::position_ids& pos) const {
+            for (std::size_t i = 0; i < pos.size(); ++i)
+                if (pos[i] == 30 || pos[i] == 195)
+                    throw posenc::config_error("position", std::to_string(pos[i]), "is not supported");
+        }
+    };
+    const posenc::attention_encoding enc{two_holes{}};
+    for (const bool one_by_one : {false, true})
+        for (unsigned threads : {1u, 3u}) {
+            posenc::attention_options opt{.threads = threads, .min_fmas_per_thread = 0};
+            if (one_by_one) opt.executor = engine_kv_test::one_by_one_reversed;
+            INFO("threads " << threads << (one_by_one ? ", tasks one by one, the last first" : ""));
+            CHECK_THROWS_WITH(posenc::attention(enc, hv(q, 200, 2, 8), hv(k, 200, 1, 8), hv(v, 200, 1, 8), hv(out, 200, 2, 8),
+                                                posenc::position_ids(p.qpos), posenc::position_ids(p.kpos),
+                                                posenc::causal_mask{}, opt),
+                              Catch::Contains("position = 30"));
+        }
+    CHECK(std::all_of(out.begin(), out.end(), [](float x) { return x == 4.0f; }));
+}
 
 TEST_CASE("attention: a custom transform throwing inside writes nothing", "[attention][engine][errors]") {
     const attn_problem p = make_attn_problem(200, 200, 2, 1, 8, 8, 99);

@@ -219,6 +219,16 @@ TEST_CASE("attention_backward over several tiles: finite differences on a sample
         o.min_fmas_per_thread = 0;
         by_threads.push_back(run_backward(p, enc, posenc::sliding_window_mask{70}, o, dout, {}));
     }
+    // Tasks run one after another, the last first: its thread takes every unit into one scratch.
+    for (unsigned threads : {2u, 3u}) {
+        posenc::attention_options o;
+        o.threads = threads;
+        o.min_fmas_per_thread = 0;
+        o.executor = [](std::size_t n, const std::function<void(std::size_t)>& task) {
+            for (std::size_t i = n; i-- > 0;) task(i);
+        };
+        by_threads.push_back(run_backward(p, enc, posenc::sliding_window_mask{70}, o, dout, {}));
+    }
     for (std::size_t i = 1; i < by_threads.size(); ++i) {
         CHECK(same_bits(by_threads[i].dq, by_threads[0].dq));
         CHECK(same_bits(by_threads[i].dk, by_threads[0].dk));

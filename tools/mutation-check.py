@@ -90,6 +90,10 @@ MUTANTS = [
      "const dbatch s_flip = xsimd::bitwise_cast<dbatch>(q << 63) & sign;", "quadrants 1 and 2: wrong sine signs"),
     ("simd/cos_sin_rows.hpp", "const dbatch c_flip = xsimd::bitwise_cast<dbatch>((q + ibatch(1)) << 62) & sign;",
      "const dbatch c_flip = xsimd::bitwise_cast<dbatch>(q << 62) & sign;", "quadrants 1 and 3: wrong cosine signs"),
+    ("simd/cos_sin_rows.hpp", "const ibatch q = xsimd::bitwise_cast<ibatch>(n + dbatch(0x1.8p52));",
+     "const ibatch q = xsimd::bitwise_cast<ibatch>(n + dbatch(0x1p52));", "quadrants of negative n off (no bias half)"),
+    ("simd/cos_sin_rows.hpp", "xsimd::bitwise_cast<dbatch>((q << 63) | ibatch(0x3ff0000000000000)) < dbatch(0.0);",
+     "xsimd::bitwise_cast<dbatch>((q << 62) | ibatch(0x3ff0000000000000)) < dbatch(0.0);", "cos and sin swapped in the wrong quadrants"),
     ("simd/cos_sin_rows.hpp", "if (amplitude == 1.0 ? columns(std::false_type{}) : columns(std::true_type{})) return;",
      "if (columns(std::false_type{})) return;", "a direct float row drops its amplitude"),
     ("simd/cos_sin_rows.hpp", "sn = ops::fma(z, sn, dbatch(-1.0 / 5040.0));", "sn = ops::fma(z, sn, dbatch(-1.0 / 5000.0));",
@@ -238,6 +242,10 @@ MUTANTS = [
     ("attention/attention.hpp", "        for (std::size_t i = 0; i < n; ++i) {\n            const std::size_t item = (first + i) / sh.segments;",
      "        for (std::size_t j = 0; j < n; ++j) {\n            const std::size_t i = n - 1 - j, item = (first + i) / sh.segments;",
      "split-KV: a wave's segments folded in another order than one thread folds them"),
+    ("attention/attention.hpp", "for (std::size_t k = taken.fetch_add(1, std::memory_order_relaxed); k < units;",
+     "for (std::size_t k = taken.fetch_add(1, std::memory_order_relaxed); k + 1 < units;", "threads skip one work unit"),
+    ("attention/attention.hpp", "if (unit < failed_unit) failed_unit = unit, failure = std::current_exception();",
+     "if (!failure) failed_unit = unit, failure = std::current_exception();", "threads rethrow the first exception in time, not the lowest unit's"),
     ("attention/attention.hpp", "inline constexpr bool may_throw_inside =\n    !(", "inline constexpr bool may_throw_inside = false && !(",
      "a custom transform that throws inside writes part of out"),
     ("attention/options.hpp", "std::size_t min_fmas_per_thread = std::size_t{1} << 21;", "std::size_t min_fmas_per_thread = 1;",
@@ -263,7 +271,7 @@ MUTANTS = [
     # the views of a call
     ("rope/detail/rotate_job.hpp", "if (!q.empty() && !k.empty() && q.data() == k.data())", "if (false)",
      "in-place Q and K of the same memory accepted (rotated twice)"),
-    ("rope/detail/rotate_job.hpp", "    if (absent(v)) return;", "    if (v.empty()) return;",
+    ("rope/detail/rotate_job.hpp", "if (!absent(v) && (v.head_dim() != head_dim", "if (!v.empty() && (v.head_dim() != head_dim",
      "an empty view skipped whatever its token count"),
 ]
 

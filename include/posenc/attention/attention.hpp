@@ -197,28 +197,38 @@ void check_attention(const Enc& enc, const heads_view<const float>& q, const hea
     }
 }
 
+/// The order in which threads take units: the last first where the last are the largest (causal
+/// work grows with the query tile), else the first.
+enum class unit_order { last_first, first_first };
+
 /// f(unit, thread) for every unit on up to `threads` threads (on opt.executor when given, else
-/// posenc's own threads). Each thread takes the next unit from a shared counter, the last units first
-/// (causal work grows with the query tile): a thread on a busy core takes fewer, where a fixed
-/// split left the other waiting. Which thread runs a unit changes nothing in its result. The first
-/// exception is rethrown after every thread has finished.
+/// posenc's own threads), each thread taking the next unit from a shared counter in `order`, so that a
+/// thread on a busy core takes fewer (a fixed split left the other waiting); one thread runs them
+/// first to last. Which thread runs a unit changes nothing in its result. Every unit runs even after
+/// one throws, and the exception of the lowest unit that threw is rethrown after every thread has
+/// finished: the one a single thread would have thrown.
 template <class F>
-void run_units(unsigned threads, const attention_options& opt, std::size_t units, const F& f) {
+void run_units(unsigned threads, const attention_options& opt, std::size_t units, const F& f,
+               unit_order order = unit_order::last_first) {
     if (threads <= 1) {
         for (std::size_t i = 0; i < units; ++i) f(i, std::size_t{0});
         return;
     }
     std::atomic<std::size_t> taken{0};
     std::exception_ptr failure;
+    std::size_t failed_unit = units;
     std::mutex failure_lock;
     auto slice = [&](std::size_t b, std::size_t e) {
-        for (std::size_t tid = b; tid < e; ++tid) try {
-                for (std::size_t k = taken.fetch_add(1, std::memory_order_relaxed); k < units;
-                     k = taken.fetch_add(1, std::memory_order_relaxed))
-                    f(units - 1 - k, tid);
-            } catch (...) {
-                const std::lock_guard<std::mutex> lock(failure_lock);
-                if (!failure) failure = std::current_exception();
+        for (std::size_t tid = b; tid < e; ++tid)
+            for (std::size_t k = taken.fetch_add(1, std::memory_order_relaxed); k < units;
+                 k = taken.fetch_add(1, std::memory_order_relaxed)) {
+                const std::size_t unit = order == unit_order::last_first ? units - 1 - k : k;
+                try {
+                    f(unit, tid);
+                } catch (...) {
+                    const std::lock_guard<std::mutex> lock(failure_lock);
+                    if (unit < failed_unit) failed_unit = unit, failure = std::current_exception();
+                }
             }
     };
     if (opt.executor)

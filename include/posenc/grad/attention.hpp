@@ -24,7 +24,7 @@
 // are recomputed as the forward computes them (transform, scale, bias in its order, softcap, mask,
 // sequence ids), P = exp(S − lse) from the saved per-row log-sum-exp, dP = dO·Vᵀ (Shaw: dO·(V + a^V)),
 // dS = P ⊙ (dP − Δ) with Δ_r = dO_r·O_r, times softcap's 1 − tanh². Two passes keep every sum in a
-// fixed order whatever the thread count (bit-identical results for any count, no atomics):
+// fixed order whatever the thread count (bit-identical results for any count, no atomic adds):
 //   pass 1, one work item per (kv head, key tile), over every query tile: dV += Pᵀ·dO, dK += s·dSᵀ·T(Q);
 //   pass 2, one work item per (kv head, query tile), over every key tile: dQ += s·dS·T(K) and the
 //   parameter gradients (into buffers summed in a fixed order and added to the caller's at the end).
@@ -194,8 +194,10 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
         add_buffers(tables, call.table_buffers());
     } else {
         const std::size_t key_items = ktiles * Hkv;
+        // (Under a causal mask the first key tiles see the most queries.)
         run_units(static_cast<unsigned>(std::min(wanted, std::max<std::size_t>(key_items, 1))), opt, key_items,
-                        [&](std::size_t item, std::size_t tid) { call.key_item(item % Hkv, item / Hkv, scratch[tid], dk, dv); });
+                  [&](std::size_t item, std::size_t tid) { call.key_item(item % Hkv, item / Hkv, scratch[tid], dk, dv); },
+                  unit_order::first_first);
         // A wave is whole query tiles (a T5 buffer is shared by a tile's kv heads): all of them at once
         // without Shaw, else about 4 items a thread.
         const std::size_t wave_tiles =

@@ -98,8 +98,8 @@ inline constexpr view_names single_view{"src", "dst"}, q_views{"q_src", "q_dst"}
 /// Throws require_view's error for a view whose head_dim or tokens differ (out of line: the check
 /// inlines into every call without the registers and frame the messages need).
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_view_shape(std::string_view name, std::size_t view_head_dim,
-                                                                   std::size_t view_tokens, std::size_t tokens,
-                                                                   std::size_t head_dim) {
+                                                                   std::size_t head_dim, std::size_t view_tokens,
+                                                                   std::size_t tokens) {
     if (view_head_dim != head_dim)
         throw config_error(std::string(name) + ".head_dim", to_text(view_head_dim),
                            "must equal the encoding's head_dim = " + to_text(head_dim));
@@ -111,7 +111,7 @@ inline constexpr view_names single_view{"src", "dst"}, q_views{"q_src", "q_dst"}
 template <class T>
 void require_view(const heads_view<T>& v, std::string_view name, std::size_t tokens, std::size_t head_dim) {
     if (!absent(v) && (v.head_dim() != head_dim || v.tokens() != tokens)) [[unlikely]]
-        throw_view_shape(name, v.head_dim(), v.tokens(), tokens, head_dim);
+        throw_view_shape(name, v.head_dim(), head_dim, v.tokens(), tokens);
 }
 
 /// Byte range [first, last) a view touches (empty: {0, 0}).
