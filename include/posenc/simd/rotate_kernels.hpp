@@ -204,9 +204,10 @@ struct rotate_kernels : lane_io<Arch> {
 
     // ---- one tensor of one token ------------------------------------------------------------------
 
-    /// Head x → y of the next token, asked for while this one is rotated: float sources and
-    /// destinations always (the hardware prefetcher alone leaves the loads waiting on memory), 16-bit
-    /// sources unless tr.prefetch_16bit is off (simd::prefetch_16bit()), 16-bit destinations never.
+    /// Head x → y of the next token, asked for while this one is rotated: float sources and separate
+    /// destinations of any type always (the hardware prefetcher alone leaves the loads and the stores'
+    /// line fills waiting on memory: a 16-bit cache's append), 16-bit sources unless
+    /// tr.prefetch_16bit is off (simd::prefetch_16bit()).
     /// Nothing after the last token: there is no next token, and a one-token call (decode) would only
     /// ask again for lines already in L1, which costs load slots the rotation needs.
     template <class S, class D>
@@ -214,8 +215,7 @@ struct rotate_kernels : lane_io<Arch> {
         if (tr.last) return;
         if (sizeof(S) == sizeof(float) || tr.prefetch_16bit)
             prefetch_lines<0>(x, v.src_token_stride * sizeof(S), tr.head_dim * sizeof(S));
-        if constexpr (sizeof(D) == sizeof(float))
-            if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
+        if (tr.out_of_place) prefetch_lines<1>(y, v.dst_token_stride * sizeof(D), tr.head_dim * sizeof(D));
     }
 
     /// body(src_of(h).x, y + h·dst_head_stride) for every head of one token and tensor of bf16 → bf16
