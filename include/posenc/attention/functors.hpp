@@ -18,9 +18,9 @@ inline constexpr std::size_t attn_key_tile = 64;
 /// Query rows are processed in blocks of this many (scratch rows are padded to a multiple).
 inline constexpr std::size_t attn_row_block = 4;
 
-/// Rows a step asks the caches for (into L2) as it goes, row j as it processes key j: decode
-/// requests the tile's V rows during QKᵀ and the next tile's K rows during PV, so that both streams
-/// stay in flight through every phase (each phase's own rows are prefetched into L1 a few rows ahead).
+/// Rows a step asks the caches for (into L2) as it goes: the tile loop requests the tile's V rows
+/// during QKᵀ and the next tile's K rows during PV, so that both streams stay in flight through every
+/// phase (decode's steps prefetch their own rows into L1 a few rows ahead; prefill packs them).
 struct attn_rows_ahead {
     const void* base = nullptr;
     std::size_t rows = 0;
@@ -33,7 +33,7 @@ struct attn_rows_ahead {
 /// product: the bits of scaling S afterwards). q: dense [rows][head_dim]; key j at k + j·k_stride
 /// elements of k_type (16-bit keys are widened exactly as they are loaded: the float keys' bits);
 /// kt: scratch of head_dim·attn_key_tile floats, 64-byte aligned; `ahead`: rows to request meanwhile
-/// (attn_rows_ahead; the few-row path only).
+/// (attn_rows_ahead).
 struct attn_qk_args {
     const float* q = nullptr;
     std::size_t rows = 0;

@@ -312,8 +312,16 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
             pack_kt<fp16>(a);
         else
             pack_kt<float>(a);
-        std::size_t r = 0;
-        for (; r + MR <= a.rows; r += MR) qk_block<MR>(a, r);
+        // The rows ahead (the tile's V, into L2) asked for a few before each block of rows, spread
+        // over the products so that the requests stay in flight without crowding the fill buffers.
+        const std::size_t per_block = (a.ahead.rows + a.rows / MR) / (a.rows / MR + 1);
+        std::size_t r = 0, asked = 0;
+        for (; r + MR <= a.rows; r += MR) {
+            for (const std::size_t e = asked + per_block < a.ahead.rows ? asked + per_block : a.ahead.rows; asked < e; ++asked)
+                prefetch_ahead(a.ahead, asked);
+            qk_block<MR>(a, r);
+        }
+        for (; asked < a.ahead.rows; ++asked) prefetch_ahead(a.ahead, asked);
         if (a.rows - r >= 4) qk_block<4>(a, r), r += 4;
         if (a.rows - r >= 2) qk_block<2>(a, r), r += 2;
         if (a.rows - r >= 1) qk_block<1>(a, r);

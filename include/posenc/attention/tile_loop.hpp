@@ -232,9 +232,10 @@ struct attn_call {
                 ktype = dtype::f32;
             }
             // scale_then_add: the qk step scales each row as it stores it (the same single rounding).
-            const bool decode = R <= 2 * simd::attn_row_block;  // (V read in place by the pv step)
-            const simd::attn_rows_ahead v_ahead =
-                decode ? simd::attn_rows_ahead{v.row(j0, hk), nk, v.token_stride() * sizeof(KV), sh.Dv * sizeof(KV)} : simd::attn_rows_ahead{};
+            // The tile's V rows asked for (into L2) during QKᵀ, the next tile's K rows during PV: a
+            // head's rows lie a token stride apart, beyond the hardware prefetcher's reach, and
+            // packing them had waited on L3.
+            const simd::attn_rows_ahead v_ahead{v.row(j0, hk), nk, v.token_stride() * sizeof(KV), sh.Dv * sizeof(KV)};
             ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data(),
                     add_then_scale ? nullptr : w.row_scale.data(), ktype, v_ahead});
 
@@ -259,15 +260,15 @@ struct attn_call {
                 }
             }
             ker.softmax({w.s.data(), R, nk, st.m, st.l, st.acc, sh.acc_stride, sh.Dv, opt.softcap});
+            const std::size_t next = j0 + BK < end ? std::min(BK, end - j0 - BK) : 0;
+            const simd::attn_rows_ahead k_ahead =
+                next ? simd::attn_rows_ahead{k.row(j0 + BK, hk), next, k.token_stride() * sizeof(KV), D * sizeof(KV)} : simd::attn_rows_ahead{};
             if (R > 2 * simd::attn_row_block && (widen || v.token_stride() != sh.Dv)) {
                 // Packed once per tile (16-bit rows widened): rows a token stride (KiBs) apart share L1
                 // sets, and the pv step streams the tile once per block of rows.
                 ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
-                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false});
+                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false, k_ahead});
             } else {  // decode: V read once, 16-bit rows widened as they are loaded
-                const std::size_t next = decode && j0 + BK < end ? std::min(BK, end - j0 - BK) : 0;
-                const simd::attn_rows_ahead k_ahead =
-                    next ? simd::attn_rows_ahead{k.row(j0 + BK, hk), next, k.token_stride() * sizeof(KV), D * sizeof(KV)} : simd::attn_rows_ahead{};
                 ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false, k_ahead});
             }
             for (std::size_t r = 0; r < R; ++r)
