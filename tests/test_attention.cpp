@@ -13,11 +13,13 @@
 // 1e-6·max|v|; the tests require max|out − ref| ≤ 2e-6·scale, with scale = max|v| (+ max|a^V| for Shaw),
 // the size outputs live on.
 #include <posenc/attention/attention.hpp>
+#include <posenc/attention/layer.hpp>
 #include <posenc/attention/shaw.hpp>
 #include <posenc/posenc.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -31,15 +33,30 @@ namespace {
 
 constexpr double bound = 2e-6;
 
+/// How a test hands its positions to attention: int64 or int32 arrays, or position_ids::consecutive
+/// (where they are consecutive: the kernel then masks a cut row by two fills instead of per key).
+enum class positions_as { int64, int32, consecutive };
+
+bool is_consecutive(const std::vector<std::int64_t>& p) {
+    for (std::size_t i = 1; i < p.size(); ++i)
+        if (p[i] != p[i - 1] + 1) return false;
+    return true;
+}
+
+posenc::position_ids positions_of(const std::vector<std::int64_t>& p, const std::vector<std::int32_t>& p32, positions_as as) {
+    if (as == positions_as::int32) return posenc::position_ids(p32);
+    if (as == positions_as::consecutive && !p.empty() && is_consecutive(p)) return posenc::position_ids::consecutive(p[0], p.size());
+    return posenc::position_ids(p);
+}
+
 template <class Enc, class Mask>
 std::vector<float> run_posenc(const attn_problem& p, const Enc& enc, const Mask& mask, posenc::attention_options opt = {},
-                              bool int32_positions = false) {
+                              positions_as as = positions_as::int64) {
     std::vector<float> q = p.q, k = p.k, v = p.v, out(p.Tq * p.Hq * p.Dv, -7.0f);
     std::vector<std::int32_t> q32(p.qpos.begin(), p.qpos.end()), k32(p.kpos.begin(), p.kpos.end());
     opt.query_sequence = p.qseq;
     opt.key_sequence = p.kseq;
-    const posenc::position_ids qp = int32_positions ? posenc::position_ids(q32) : posenc::position_ids(p.qpos);
-    const posenc::position_ids kp = int32_positions ? posenc::position_ids(k32) : posenc::position_ids(p.kpos);
+    const posenc::position_ids qp = positions_of(p.qpos, q32, as), kp = positions_of(p.kpos, k32, as);
     posenc::attention(enc, hv(q, p.Tq, p.Hq, p.D), hv(k, p.Tk, p.Hkv, p.D), hv(v, p.Tk, p.Hkv, p.Dv),
                       hv(out, p.Tq, p.Hq, p.Dv), qp, kp, mask, opt);
     REQUIRE(q == p.q);  // inputs untouched (Q is transformed in scratch)
@@ -101,7 +118,7 @@ std::size_t check_matrix(const std::string& name, MakeEnc&& make, std::size_t D,
                     const auto [enc, model] = make(hc.Hq, p);
                     posenc::attention_options o = opt;  // sinks: the first Hq of those given
                     if (!o.sinks.empty()) o.sinks = o.sinks.first(hc.Hq);
-                    const auto got = run_posenc(p, enc, mask, o, seed % 2 == 0);
+                    const auto got = run_posenc(p, enc, mask, o, static_cast<positions_as>(seed % 3));
                     const auto ref = reference_attention(p, model, mc.visible);
                     const double err = error_of(got, ref) / (max_abs(p.v) + extra_scale);
                     INFO(name << " mask " << mc.name << " heads " << hc.Hq << "/" << hc.Hkv << " Tq " << sc.Tq
@@ -322,11 +339,16 @@ TEST_CASE("attention: sliding windows and chunks wider than a key tile", "[atten
     auto check = [&](const auto& mask, const visible_fn& visible, const std::string& name) {
         for (const std::size_t Tq : {T, std::size_t{7}}) {
             // Queries at the last Tq keys' positions.
-            const attn_problem p = make_attn_problem(Tq, T, 8, 2, D, D, 40 + static_cast<std::uint32_t>(compared % 97), 37);
-            const auto got = run_posenc(p, posenc::attention_encoding{rope}, mask);
-            INFO(name << " Tq " << Tq);
-            CHECK(error_of(got, reference_attention(p, m, visible)) / max_abs(p.v) <= bound);
-            compared += got.size();
+            // (Negative positions: chunks by floor division.)
+            attn_problem p = make_attn_problem(Tq, T, 8, 2, D, D, 40 + static_cast<std::uint32_t>(compared % 97), -137);
+            REQUIRE((is_consecutive(p.qpos) && is_consecutive(p.kpos)));  // the consecutive form below is taken
+            const auto ref = reference_attention(p, m, visible);
+            for (const positions_as as : {positions_as::int64, positions_as::consecutive}) {
+                const auto got = run_posenc(p, posenc::attention_encoding{rope}, mask, {}, as);
+                INFO(name << " Tq " << Tq << (as == positions_as::consecutive ? " consecutive" : " int64"));
+                CHECK(error_of(got, ref) / max_abs(p.v) <= bound);
+                compared += got.size();
+            }
         }
     };
     for (const std::int64_t w : {64, 65, 100, 200})
@@ -336,7 +358,103 @@ TEST_CASE("attention: sliding windows and chunks wider than a key tile", "[atten
         check(posenc::chunked_mask{.chunk = c},
               [c](std::int64_t i, std::int64_t j) { return j <= i && floor_div(i, c) == floor_div(j, c); },
               "chunk " + std::to_string(c));
-    REQUIRE(compared == 6 * (T + 7) * 8 * D);
+    REQUIRE(compared == 2 * 6 * (T + 7) * 8 * D);
+
+    // Packed sequences over consecutive positions: the mask's fills, then the sequence test.
+    attn_problem p = make_attn_problem(T, T, 8, 2, D, D, 77, -20);
+    for (std::size_t t = 0; t < T; ++t) {
+        p.qseq.push_back(t < 90 ? 0 : t < 201 ? 1 : 2);
+        p.kseq.push_back(p.qseq.back());
+    }
+    const auto ref = reference_attention(p, m, [](std::int64_t i, std::int64_t j) { return i - 100 < j && j <= i; });
+    for (const positions_as as : {positions_as::int64, positions_as::consecutive}) {
+        INFO("packed, window 100, " << (as == positions_as::consecutive ? "consecutive" : "int64"));
+        CHECK(error_of(run_posenc(p, posenc::attention_encoding{rope}, posenc::sliding_window_mask{.window = 100}, {}, as), ref) /
+                  max_abs(p.v) <=
+              bound);
+    }
+}
+
+TEST_CASE("attention masks: mask_scores hides exactly the keys visible() hides", "[attention][mask]") {
+    // The kernel's row masking, both routes (two fills for consecutive key positions, a test per key
+    // for an array), against visible() pair by pair: tiles of 1, 2, 7 and 64 keys that the mask's edges
+    // cut anywhere, at both ends of int64.
+    constexpr std::int64_t lo64 = std::numeric_limits<std::int64_t>::min(), hi64 = std::numeric_limits<std::int64_t>::max();
+    std::size_t rows = 0, hidden = 0, shown = 0;
+    auto check = [&](const auto& mask) {
+        for (const std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{7}, std::size_t{64}})
+            for (const std::int64_t base : {std::int64_t{-70}, std::int64_t{-3}, std::int64_t{0}, lo64, hi64 - 63})
+                for (std::int64_t shift = -70; shift <= 70; shift += 7) {
+                    const std::int64_t k_lo = base == lo64 ? lo64 : base == hi64 - 63 ? hi64 - static_cast<std::int64_t>(n - 1) : base;
+                    std::vector<std::int64_t> keys(n);
+                    for (std::size_t j = 0; j < n; ++j) keys[j] = k_lo + static_cast<std::int64_t>(j);
+                    // Queries around the tile (saturated at the ends of int64).
+                    std::int64_t qp = 0;
+                    if (__builtin_add_overflow(k_lo, shift, &qp)) qp = shift < 0 ? lo64 : hi64;
+                    for (const bool consecutive : {true, false}) {
+                        const posenc::position_ids ks =
+                            consecutive ? posenc::position_ids::consecutive(k_lo, n) : posenc::position_ids(std::span<const std::int64_t>(keys));
+                        REQUIRE(ks.is_consecutive() == (consecutive || n == 1));
+                        std::vector<float> row(n, 1.5f);
+                        posenc::detail::mask_scores(mask, qp, ks, row.data());
+                        for (std::size_t j = 0; j < n; ++j) {
+                            INFO(mask.name << " qp " << qp << " key " << keys[j] << " n " << n << (consecutive ? " consecutive" : " array"));
+                            CHECK(row[j] == (mask.visible(qp, keys[j]) ? 1.5f : -std::numeric_limits<float>::infinity()));
+                            (row[j] == 1.5f ? shown : hidden) += 1;
+                        }
+                        ++rows;
+                    }
+                }
+    };
+    check(posenc::no_mask{});
+    check(posenc::causal_mask{});
+    for (const std::int64_t w : {std::int64_t{1}, std::int64_t{5}, std::int64_t{64}, std::int64_t{65}, hi64})
+        check(posenc::sliding_window_mask{.window = w});
+    for (const std::int64_t c : {std::int64_t{1}, std::int64_t{7}, std::int64_t{64}, hi64})
+        check(posenc::chunked_mask{.chunk = c});
+    REQUIRE(rows == 11 * 4 * 5 * 21 * 2);
+    REQUIRE(hidden > 10000);
+    REQUIRE(shown > 10000);
+}
+
+TEST_CASE("attention masks: visible_keys(i) is exactly the set visible(i, j) admits", "[attention][mask]") {
+    // visible_keys lets the kernel mask a row of consecutive keys by two fills: the range must hold
+    // every visible key and no other, also where its ends would leave int64 (windows and chunks that
+    // start below its bottom).
+    constexpr std::int64_t lo64 = std::numeric_limits<std::int64_t>::min(), hi64 = std::numeric_limits<std::int64_t>::max();
+    std::size_t pairs = 0, visible_pairs = 0;
+    auto check = [&](const auto& mask) {
+        std::vector<std::int64_t> queries, keys;
+        for (std::int64_t p = -14; p <= 14; ++p) queries.push_back(p), keys.push_back(p);
+        for (const std::int64_t edge : {lo64, lo64 + 1, lo64 + 2, lo64 + 5, hi64 - 5, hi64 - 1, hi64}) {
+            queries.push_back(edge);
+            for (std::int64_t d = -6; d <= 6; ++d)
+                if ((d <= 0 || edge <= hi64 - d) && (d >= 0 || edge >= lo64 - d)) keys.push_back(edge + d);
+        }
+        for (const std::int64_t i : queries) {
+            const posenc::key_range r = mask.visible_keys(i);
+            for (const std::int64_t j : keys) {
+                INFO(mask.name << " i " << i << " j " << j << " range [" << r.lo << ", " << r.hi << "]");
+                CHECK(mask.visible(i, j) == (r.lo <= j && j <= r.hi));
+                ++pairs;
+                visible_pairs += mask.visible(i, j);
+            }
+        }
+    };
+    check(posenc::no_mask{});
+    check(posenc::causal_mask{});
+    for (const std::int64_t w : {std::int64_t{1}, std::int64_t{2}, std::int64_t{5}, std::int64_t{13}, hi64 / 2, hi64})
+        check(posenc::sliding_window_mask{.window = w});
+    // A window of 0 (which validate() rejects) sees nothing either way.
+    check(posenc::sliding_window_mask{.window = 0});
+    for (const std::int64_t c : {std::int64_t{1}, std::int64_t{3}, std::int64_t{8}, hi64 / 3, hi64})
+        check(posenc::chunked_mask{.chunk = c});
+    // The run-time mask forwards to the typed one's.
+    check(posenc::any_mask{posenc::sliding_window_mask{.window = 3}});
+    check(posenc::any_mask{posenc::chunked_mask{.chunk = 5}});
+    REQUIRE(pairs > 16 * 1000);
+    REQUIRE(visible_pairs > pairs / 8);  // the grid reaches both answers
+    REQUIRE(visible_pairs < pairs * 4 / 5);
 }
 
 TEST_CASE("attention masks: classify() never contradicts visible() on a tile", "[attention][mask]") {

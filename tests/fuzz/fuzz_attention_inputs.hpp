@@ -163,6 +163,11 @@ struct fuzz_mask {
     [[nodiscard]] posenc::tile_visibility classify(posenc::tile_bounds t) const {
         return visit([&](const auto& m) { return m.classify(t); });
     }
+    /// (The kernel masks rows of consecutive key positions by this range: the fuzzed positions reach
+    /// it at both ends of int64; array positions still take the per-key test.)
+    [[nodiscard]] posenc::key_range visible_keys(std::int64_t i) const {
+        return visit([&](const auto& m) { return m.visible_keys(i); });
+    }
     void validate() const {
         visit([](const auto& m) { m.validate(); });
     }

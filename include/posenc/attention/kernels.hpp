@@ -312,8 +312,9 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
             pack_kt<fp16>(a);
         else
             pack_kt<float>(a);
-        // The rows ahead (the tile's V, into L2) asked for a few before each block of rows, spread
-        // over the products so that the requests stay in flight without crowding the fill buffers.
+        // The rows ahead (the tile's V, into L2) asked for a few before each block of rows (the last
+        // few after them), spread over the products so that the requests stay in flight without
+        // crowding the fill buffers.
         const std::size_t per_block = (a.ahead.rows + a.rows / MR) / (a.rows / MR + 1);
         std::size_t r = 0, asked = 0;
         for (; r + MR <= a.rows; r += MR) {

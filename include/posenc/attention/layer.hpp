@@ -87,6 +87,9 @@ public:
     [[nodiscard]] tile_visibility classify(tile_bounds t) const noexcept {
         return with([&](const auto& m) { return m.classify(t); });
     }
+    [[nodiscard]] key_range visible_keys(std::int64_t i) const noexcept {
+        return with([&](const auto& m) { return m.visible_keys(i); });
+    }
     void validate() const {
         with([](const auto& m) { m.validate(); });
     }

@@ -16,10 +16,13 @@
 //
 // A mask answers visible(i, j) for one pair and classify() for a whole tile given the ranges of its
 // query and key positions, so that the kernel skips tiles nothing sees and skips the per-element test
-// on tiles everything sees.
+// on tiles everything sees. Optionally, visible_keys(i) names the keys query i sees as one range of
+// positions (every mask here has one): on a tile it cuts through, a row of keys at consecutive
+// positions is then masked by two fills instead of a test per key.
 
 #include <concepts>
 #include <cstdint>
+#include <limits>
 #include <string_view>
 
 #include "posenc/core/errors.hpp"
@@ -34,6 +37,11 @@ struct tile_bounds {
     std::int64_t q_lo, q_hi, k_lo, k_hi;
 };
 
+/// Key positions [lo, hi] (inclusive) a query sees: visible(i, j) ⇔ lo ≤ j ≤ hi; lo > hi: none.
+struct key_range {
+    std::int64_t lo, hi;
+};
+
 template <class M>
 concept attention_mask = requires(const M& m, std::int64_t i, std::int64_t j, tile_bounds t) {
     { M::name } -> std::convertible_to<std::string_view>;
@@ -46,6 +54,9 @@ struct no_mask {
     static constexpr std::string_view name = "none";
     [[nodiscard]] constexpr bool visible(std::int64_t, std::int64_t) const noexcept { return true; }
     [[nodiscard]] constexpr tile_visibility classify(tile_bounds) const noexcept { return tile_visibility::all; }
+    [[nodiscard]] constexpr key_range visible_keys(std::int64_t) const noexcept {
+        return {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()};
+    }
     void validate() const noexcept {}
 };
 
@@ -55,6 +66,9 @@ struct causal_mask {
     [[nodiscard]] constexpr tile_visibility classify(tile_bounds t) const noexcept {
         if (t.k_lo > t.q_hi) return tile_visibility::none;
         return t.k_hi <= t.q_lo ? tile_visibility::all : tile_visibility::partial;
+    }
+    [[nodiscard]] constexpr key_range visible_keys(std::int64_t i) const noexcept {
+        return {std::numeric_limits<std::int64_t>::min(), i};
     }
     void validate() const noexcept {}
 };
@@ -77,6 +91,14 @@ struct sliding_window_mask {
         if (t.k_hi <= t.q_lo && distance(t.q_hi, t.k_lo) < w) return tile_visibility::all;
         return tile_visibility::partial;
     }
+    /// [i − W + 1, i]; below int64's range, from its bottom. For a window validate() accepts (W ≥ 1);
+    /// no keys for the others (attention validates first), without overflow.
+    [[nodiscard]] constexpr key_range visible_keys(std::int64_t i) const noexcept {
+        if (window <= 0) return {1, 0};
+        std::int64_t lo = 0;
+        if (__builtin_sub_overflow(i, window - 1, &lo)) lo = std::numeric_limits<std::int64_t>::min();
+        return {lo, i};
+    }
     void validate() const { detail::require(window > 0, "sliding_window", window, "must be > 0"); }
 };
 
@@ -97,6 +119,12 @@ struct chunked_mask {
         if (kh < ql || kl > qh) return tile_visibility::none;  // no chunk in common
         if (t.k_hi <= t.q_lo && ql == qh && kl == kh && kl == ql) return tile_visibility::all;
         return tile_visibility::partial;
+    }
+    /// [first position of i's chunk, i]; a chunk that starts below int64's range, from its bottom.
+    [[nodiscard]] constexpr key_range visible_keys(std::int64_t i) const noexcept {
+        std::int64_t lo = 0;
+        if (__builtin_mul_overflow(chunk_of(i), chunk, &lo)) lo = std::numeric_limits<std::int64_t>::min();
+        return {lo, i};
     }
     void validate() const { detail::require(chunk > 0, "attention_chunk_size", chunk, "must be > 0"); }
 };

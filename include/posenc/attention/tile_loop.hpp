@@ -12,7 +12,9 @@
 // so a 16-bit call computes what the float path computes on the same 16-bit values, bit for bit.
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -43,6 +45,36 @@ inline position_ids slice_positions(const position_ids& p, std::size_t begin, st
     if (count == 0) return position_ids::consecutive(0, 0);
     const std::int64_t start = p.start() + p.step() * static_cast<std::int64_t>(begin);
     return p.step() == 0 ? position_ids::constant(start, count) : position_ids::consecutive(start, count);
+}
+
+/// srow[j] ← −∞ for the keys at positions ks that the query at position qp does not see. A mask that
+/// names its visible keys as one range (visible_keys), over keys at consecutive positions, takes two
+/// fills (the positions subtracted only once compared to lie within the tile: no overflow);
+/// otherwise one test per key. (Not noexcept: a custom mask may throw.)
+template <attention_mask M>
+void mask_scores(const M& mask, std::int64_t qp, const position_ids& ks, float* srow) {
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    const std::size_t n = ks.size();
+    if constexpr (requires { { mask.visible_keys(qp) } -> std::same_as<key_range>; }) {
+        if (ks.is_consecutive() && n > 0) {
+            const key_range r = mask.visible_keys(qp);
+            const std::int64_t k_lo = ks.front(), k_hi = k_lo + static_cast<std::int64_t>(n - 1);
+            std::size_t b = 0, e = 0;  // the visible keys: [b, e)
+            if (r.lo <= r.hi && r.hi >= k_lo && r.lo <= k_hi) {
+                b = r.lo <= k_lo ? 0 : static_cast<std::size_t>(r.lo - k_lo);
+                e = r.hi >= k_hi ? n : static_cast<std::size_t>(r.hi - k_lo) + 1;
+            }
+            // (A range that disagrees with visible() at its ends would hide or show keys it should not.)
+            assert(b == e || (mask.visible(qp, ks[b]) && mask.visible(qp, ks[e - 1])));
+            assert(b == 0 || !mask.visible(qp, ks[b - 1]));
+            assert(e == n || !mask.visible(qp, ks[e]));
+            std::fill(srow, srow + b, ninf);
+            std::fill(srow + e, srow + n, ninf);
+            return;
+        }
+    }
+    for (std::size_t j = 0; j < n; ++j)
+        if (!mask.visible(qp, ks[j])) srow[j] = ninf;
 }
 
 /// 64-byte aligned storage through the aligned operator new (so that allocation hooks see it).
@@ -254,9 +286,12 @@ struct attn_call {
                 if (add_then_scale)
                     for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
                 if (vis == tile_visibility::partial) {
-                    const std::int32_t qid = seq ? opt.query_sequence[t.t0 + i] : 0;
-                    for (std::size_t j = 0; j < nk; ++j)
-                        if (!mask.visible(qp, ks[j]) || (seq && opt.key_sequence[j0 + j] != qid)) srow[j] = ninf;
+                    mask_scores(mask, qp, ks, srow);
+                    if (seq) {
+                        const std::int32_t qid = opt.query_sequence[t.t0 + i];
+                        for (std::size_t j = 0; j < nk; ++j)
+                            if (opt.key_sequence[j0 + j] != qid) srow[j] = ninf;
+                    }
                 }
             }
             ker.softmax({w.s.data(), R, nk, st.m, st.l, st.acc, sh.acc_stride, sh.Dv, opt.softcap});
@@ -268,7 +303,7 @@ struct attn_call {
                 // sets, and the pv step streams the tile once per block of rows.
                 ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
                 ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false, k_ahead});
-            } else {  // decode: V read once, 16-bit rows widened as they are loaded
+            } else {  // V read in place (decode, or dense float rows), 16-bit rows widened as they are loaded
                 ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false, k_ahead});
             }
             for (std::size_t r = 0; r < R; ++r)

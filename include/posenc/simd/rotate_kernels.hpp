@@ -219,7 +219,9 @@ struct rotate_kernels : lane_io<Arch> {
     }
 
     /// body(src_of(h).x, y + h·dst_head_stride) for every head of one token and tensor of bf16 → bf16
-    /// word pairs, the next token's source lines asked for first (as prefetch_next_token). What the
+    /// word pairs, the next token's source lines asked for first (as prefetch_next_token; not a separate
+    /// destination's, which prefetch_next_token asks for: that case, a bf16 append into a bf16 cache,
+    /// has not been measured with it). What the
     /// loop needs of v, tr and src_of is copied into locals before it: every head's stores go through
     /// may-alias vector types, after which the compiler reloads all of it, head after head, and for
     /// these loops that scalar work outgrew the vector arithmetic. The float and fp16 loops keep

@@ -230,9 +230,12 @@ struct grad_call {
                 for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
             }
             if (vis == tile_visibility::partial) {
-                const std::int32_t qid = seq() ? opt.query_sequence[t.t0 + i] : 0;
-                for (std::size_t j = 0; j < nk; ++j)
-                    if (!mask.visible(qp, kt.ks[j]) || (seq() && opt.key_sequence[kt.j0 + j] != qid)) srow[j] = ninf;
+                mask_scores(mask, qp, kt.ks, srow);
+                if (seq()) {
+                    const std::int32_t qid = opt.query_sequence[t.t0 + i];
+                    for (std::size_t j = 0; j < nk; ++j)
+                        if (opt.key_sequence[kt.j0 + j] != qid) srow[j] = ninf;
+                }
             }
         }
         if constexpr (is_shaw_bias<bias_type>) {  // dP += dO·a^V of each pair's clipped distance
