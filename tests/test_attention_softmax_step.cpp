@@ -8,7 +8,8 @@
 // keeps m = −∞, l = 0 and gets p = 0; an unchanged maximum (+∞ too) rescales by exactly 1; a running
 // maximum survives a later tile that is far below it; (3) p, l and the rescaled accumulator against
 // exp computed in double here; (4) NaN and +∞ logits in IEEE terms (a NaN reaches l, +∞ logits share
-// the weight).
+// the weight); (5) the rescale factors handed to the pv step (the kernel's form) against the rescale in
+// place, through the pv step, bit for bit.
 #include <posenc/attention/attention.hpp>
 
 #include <cmath>
@@ -119,6 +120,37 @@ void check_arch(std::size_t& archs) {
         }
     }
     CHECK(compared > 4000);
+
+    // (5) the factors form (attn_softmax_args::alpha): the same m, l and p, acc left as it was, and the
+    // pv step applying the factors as it loads acc (attn_pv_args::acc_scale) gives the bits of the
+    // in-place rescale followed by a plain pv step. The factors start as NaN: a row must get its own
+    // (one that sees nothing too), not keep an earlier tile's.
+    for (int trial = 0; trial < 300; ++trial) {
+        const std::size_t rows = 1 + static_cast<std::size_t>(trial) % 21;
+        tile in_place = random_tile(rng, rows, true);
+        tile factors = in_place;
+        const posenc::detail::attn_floats acc_before = in_place.acc;
+        std::vector<float> alpha(rows, std::nanf(""));
+        in_place.run(ker);
+        ker.softmax({factors.s.data(), rows, factors.keys, factors.m.data(), factors.l.data(), factors.acc.data(),
+                     factors.stride, factors.dv, factors.softcap, alpha.data()});
+        INFO("trial " << trial << ", rows " << rows << ", keys " << in_place.keys << ", dv " << in_place.dv);
+        for (std::size_t r = 0; r < rows; ++r) {
+            REQUIRE(same(factors.m[r], in_place.m[r]));
+            REQUIRE(same(factors.l[r], in_place.l[r]));
+            for (std::size_t j = 0; j < BK; ++j) REQUIRE(same(factors.s[r * BK + j], in_place.s[r * BK + j]));
+        }
+        for (std::size_t i = 0; i < acc_before.size(); ++i) REQUIRE(bits(factors.acc[i]) == bits(acc_before[i]));
+        std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+        std::vector<float> v(in_place.keys * in_place.dv);
+        for (float& x : v) x = u(rng);
+        const std::size_t keys = in_place.keys, dv = in_place.dv, stride = in_place.stride;
+        ker.pv({in_place.s.data(), rows, keys, v.data(), dv, dv, in_place.acc.data(), stride, posenc::dtype::f32});
+        ker.pv({factors.s.data(), rows, keys, v.data(), dv, dv, factors.acc.data(), stride, posenc::dtype::f32, false, {},
+                alpha.data()});
+        for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t d = 0; d < dv; ++d) REQUIRE(same(factors.acc[r * stride + d], in_place.acc[r * stride + d]));
+    }
 
     // (2) the contract: rows 0-2 (nothing seen, a standing maximum, a standing +∞ maximum) among 3
     // rows and among 19 (one path or the other, depending on the vector width).

@@ -50,7 +50,9 @@ struct attn_qk_args {
 
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):
 /// soft-capping of finite logits (softcap > 0), new running max m, numerators p = exp(s − m) written
-/// over S (0 past `keys`), running sum l and accumulator rows acc[r][0, dv) rescaled by exp(m_old − m).
+/// over S (0 past `keys`), running sum l and accumulator rows acc[r][0, dv) rescaled by exp(m_old − m)
+/// — or, when `alpha` is given, those factors written to alpha[r] for the pv step to apply as it loads
+/// the rows (one pass over acc instead of two, the same products).
 /// A row that has seen no visible key keeps m = −∞, l = 0 and gets p = 0. Where m is not finite
 /// (kernels_softmax.hpp's exp_unbounded) p is the softmax's limit under +∞ (1 on the +∞ logits, 0
 /// elsewhere) and NaN under NaN (a tile of only −∞ and NaN sets m = NaN); masked keys get 0 always.
@@ -64,6 +66,7 @@ struct attn_softmax_args {
     std::size_t acc_stride = 0;
     std::size_t dv = 0;
     float softcap = 0.0f;
+    float* alpha = nullptr;
 };
 
 /// acc[r][0, dv) += Σ_{j < keys} p[r][j]·v_j, v_j at v + j·v_stride elements of v_type (16-bit
@@ -71,6 +74,7 @@ struct attn_softmax_args {
 /// 16 floats ≥ dv: the lanes [dv, acc_stride) are scratch (the last vector of a row is read and
 /// written whole). p[r][j] is p[r·attn_key_tile + j], or with p_transposed p[j·attn_key_tile + r]
 /// (rows ≤ attn_key_tile, v_type f32: the backward's Pᵀ·dO and dSᵀ·Q over a block, without a transposed copy).
+/// With acc_scale, row r of acc is first multiplied by acc_scale[r] (the softmax step's alpha).
 /// `ahead`: rows to request meanwhile (attn_rows_ahead).
 struct attn_pv_args {
     const float* p = nullptr;
@@ -84,6 +88,7 @@ struct attn_pv_args {
     dtype v_type = dtype::f32;
     bool p_transposed = false;
     attn_rows_ahead ahead{};
+    const float* acc_scale = nullptr;
 };
 
 /// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps,

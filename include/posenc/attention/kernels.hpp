@@ -338,6 +338,11 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
         batch acc[R][C];
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
+        if (a.acc_scale)
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
+                const batch sc(a.acc_scale[r0 + i]);
+                POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] *= sc;
+            }
         for (std::size_t j = 0; j < a.keys; ++j) {
             const E* vr = v + j * a.v_stride + c0;
             if (c0 == 0 && r0 == 0) {
@@ -373,6 +378,8 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
         const std::size_t m = a.dv - c0;
         batch acc[R];
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0);
+        if (a.acc_scale)
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] *= batch(a.acc_scale[r0 + i]);
         alignas(64) float vt[W] = {};
         for (std::size_t j = 0; j < a.keys; ++j) {
             for (std::size_t i = 0; i < m; ++i) vt[i] = to_float(v[j * a.v_stride + c0 + i]);

@@ -159,9 +159,9 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         const float tile_max = hmax(load_scores(a, s, v, false)), m_old = a.m[r];
         float m_new = tile_max > m_old ? tile_max : m_old;
         if (m_new == ninf) m_new = settle_unseen(v);
-        if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged
+        if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged (α = 1)
             POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
-            return;
+            return rescale(a, r, 1.0f);
         }
         const batch mb(m_new);
         batch sum(0.0f);
@@ -190,7 +190,13 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         return xsimd::select(m_old == m_new, batch(1.0f), exp_nonpositive(m_old - m_new));
     }
 
+    /// Row r's accumulator × α, or α into a.alpha[r] for the pv step (every row gets its factor there:
+    /// the buffer holds an earlier tile's).
     static void rescale(const attn_softmax_args& a, std::size_t r, float alpha) noexcept {
+        if (a.alpha) {
+            a.alpha[r] = alpha;
+            return;
+        }
         if (alpha == 1.0f) return;
         float* acc = a.acc + r * a.acc_stride;
         const batch al(alpha);

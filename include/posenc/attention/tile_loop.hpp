@@ -150,18 +150,18 @@ struct attn_state {
 };
 
 /// One thread's scratch: everything the kernel needs besides the caller's buffers. `krot` holds a
-/// key tile when keys are transformed or widened, `vbuf` a widened value tile; `total` the item's
-/// folded segments.
+/// key tile when keys are transformed or widened, `vbuf` a widened value tile, `alpha` the softmax
+/// step's rescale factors (applied by the pv step as it loads acc); `total` the item's folded segments.
 struct attn_scratch {
     attn_floats q, kt, s, acc, krot, vbuf, total_acc;
-    std::vector<float> m, l, scale, row_scale, total_m, total_l;
+    std::vector<float> m, l, alpha, scale, row_scale, total_m, total_l;
     std::size_t terms_stride;  // a distance bias's terms per head: a tile's keys + its query span
     std::vector<double> terms;
     attn_scratch(const attn_shape& sh, bool key_copy, bool value_copy)
         : q(sh.rows_pad * sh.D), kt(sh.D * simd::attn_key_tile), s(sh.rows_pad * simd::attn_key_tile),
           acc(sh.rows_pad * sh.acc_stride), krot(key_copy ? simd::attn_key_tile * sh.D : 0),
           vbuf(value_copy || sh.rows_pad > 2 * simd::attn_row_block ? simd::attn_key_tile * sh.Dv : 0), total_acc(sh.rows_pad * sh.acc_stride), m(sh.rows_pad),
-          l(sh.rows_pad), scale(sh.tile_tokens), row_scale(sh.rows_pad), total_m(sh.rows_pad), total_l(sh.rows_pad),
+          l(sh.rows_pad), alpha(sh.rows_pad), scale(sh.tile_tokens), row_scale(sh.rows_pad), total_m(sh.rows_pad), total_l(sh.rows_pad),
           terms_stride(simd::attn_key_tile + sh.tile_tokens), terms(sh.G * terms_stride) {}
     [[nodiscard]] attn_state segment() noexcept { return {m.data(), l.data(), acc.data()}; }
     [[nodiscard]] attn_state total() noexcept { return {total_m.data(), total_l.data(), total_acc.data()}; }
@@ -294,7 +294,7 @@ struct attn_call {
                     }
                 }
             }
-            ker.softmax({w.s.data(), R, nk, st.m, st.l, st.acc, sh.acc_stride, sh.Dv, opt.softcap});
+            ker.softmax({w.s.data(), R, nk, st.m, st.l, st.acc, sh.acc_stride, sh.Dv, opt.softcap, w.alpha.data()});
             const std::size_t next = j0 + BK < end ? std::min(BK, end - j0 - BK) : 0;
             const simd::attn_rows_ahead k_ahead =
                 next ? simd::attn_rows_ahead{k.row(j0 + BK, hk), next, k.token_stride() * sizeof(KV), D * sizeof(KV)} : simd::attn_rows_ahead{};
@@ -302,9 +302,11 @@ struct attn_call {
                 // Packed once per tile (16-bit rows widened): rows a token stride (KiBs) apart share L1
                 // sets, and the pv step streams the tile once per block of rows.
                 ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
-                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false, k_ahead});
+                ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false, k_ahead,
+                        w.alpha.data()});
             } else {  // V read in place (decode, or dense float rows), 16-bit rows widened as they are loaded
-                ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false, k_ahead});
+                ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false,
+                        k_ahead, w.alpha.data()});
             }
             for (std::size_t r = 0; r < R; ++r)
                 add_bias_to_output(enc.bias, hk * G + r % G, t.qs[r / G], ks, std::span<const float>(w.s.data() + r * BK, nk),
