@@ -50,9 +50,9 @@ struct attn_qk_args {
 
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):
 /// soft-capping of finite logits (softcap > 0), new running max m, numerators p = exp(s − m) written
-/// over S (0 past `keys`), running sum l and accumulator rows acc[r][0, dv) rescaled by exp(m_old − m)
-/// — or, when `alpha` is given, those factors written to alpha[r] for the pv step to apply as it loads
-/// the rows (one pass over acc instead of two, the same products).
+/// over S (0 past `keys`), running sum l rescaled by α = exp(m_old − m), and, when `alpha` is given,
+/// each row's α written to alpha[r] (α = 1 for a row that sees nothing): the step does not touch the
+/// accumulator; the pv step multiplies row r by alpha[r] as it loads it (attn_pv_args::acc_scale).
 /// A row that has seen no visible key keeps m = −∞, l = 0 and gets p = 0. Where m is not finite
 /// (kernels_softmax.hpp's exp_unbounded) p is the softmax's limit under +∞ (1 on the +∞ logits, 0
 /// elsewhere) and NaN under NaN (a tile of only −∞ and NaN sets m = NaN); masked keys get 0 always.
@@ -62,9 +62,6 @@ struct attn_softmax_args {
     std::size_t keys = 0;
     float* m = nullptr;
     float* l = nullptr;
-    float* acc = nullptr;
-    std::size_t acc_stride = 0;
-    std::size_t dv = 0;
     float softcap = 0.0f;
     float* alpha = nullptr;
 };

@@ -2,15 +2,17 @@
 // The attention kernel's online-softmax step, templated on the architecture (kernels.hpp's steps
 // derive from this struct; only arch-templated code, the COMDAT rule of kernels.hpp).
 //
-// A tile's scores become p = exp(s − m_new) in place, and each row's running max m, sum l and
-// accumulator acc are rescaled. Rows are taken W at a time so that their maxima, sums and rescale
-// factors are lanes of one vector (one exp per W rows, and on AVX-512 one transposing reduction tree
-// per 16 rows): row by row, each row is a serial chain of horizontal reductions and a scalar exp that
-// the core cannot overlap with the next row's. Lane i of a reduction is exactly hsum's (hmax's) tree
-// over row i, in the same operand order, and every other step is lane-wise, so the step gives a row
-// the same bits whichever rows share its vector; a few rows go one at a time (softmax_row) with the
-// same operations. A row whose maximum is not finite (+∞ logits, or a NaN met) takes a cold path with
-// IEEE semantics (exp_unbounded): NaN stays NaN, +∞ logits share the weight.
+// A tile's scores become p = exp(s − m_new) in place, each row's running max m and sum l are updated,
+// and each row's rescale factor e^{m_old − m_new} goes to the pv step, which applies it to the
+// accumulator as it loads the row (one pass over acc per tile). Rows are taken W at a time so that
+// their maxima, sums and rescale factors are lanes of one vector (one exp per W rows, and on AVX-512
+// one transposing reduction tree per 16 rows): row by row, each row is a serial chain of horizontal
+// reductions and a scalar exp that the core cannot overlap with the next row's. Lane i of a reduction
+// is exactly hsum's (hmax's) tree over row i, in the same operand order, and every other step is
+// lane-wise, so the step gives a row the same bits whichever rows share its vector; a few rows go one
+// at a time (softmax_row) with the same operations. A row whose maximum is not finite (+∞ logits, or a
+// NaN met) takes a cold path with IEEE semantics (exp_unbounded): NaN stays NaN, +∞ logits share the
+// weight.
 
 #include <cstddef>
 
@@ -161,7 +163,7 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         if (m_new == ninf) m_new = settle_unseen(v);
         if (m_new == ninf) {  // nothing visible so far: p = 0, state unchanged (α = 1)
             POSENC_UNROLL for (std::size_t u = 0; u < NV; ++u) batch(0.0f).store_aligned(s + u * W);
-            return rescale(a, r, 1.0f);
+            return put_factor(a, r, 1.0f);
         }
         const batch mb(m_new);
         batch sum(0.0f);
@@ -181,7 +183,7 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         const batch alpha = rescale_factor(batch(m_old), batch(m_new));
         a.l[r] = xsimd::fma(batch(a.l[r]), alpha, batch(hsum(sum))).get(0);
         a.m[r] = m_new;
-        rescale(a, r, alpha.get(0));
+        put_factor(a, r, alpha.get(0));
     }
 
     /// α = e^{m_old − m_new}: 0 after a row that had seen nothing (e^{−∞}), exactly 1 for an unchanged
@@ -190,19 +192,9 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         return xsimd::select(m_old == m_new, batch(1.0f), exp_nonpositive(m_old - m_new));
     }
 
-    /// Row r's accumulator × α, or α into a.alpha[r] for the pv step (every row gets its factor there:
-    /// the buffer holds an earlier tile's).
-    static void rescale(const attn_softmax_args& a, std::size_t r, float alpha) noexcept {
-        if (a.alpha) {
-            a.alpha[r] = alpha;
-            return;
-        }
-        if (alpha == 1.0f) return;
-        float* acc = a.acc + r * a.acc_stride;
-        const batch al(alpha);
-        std::size_t d = 0;
-        for (; d + W <= a.dv; d += W) (batch::load_aligned(acc + d) * al).store_aligned(acc + d);
-        for (; d < a.dv; ++d) acc[d] *= alpha;
+    /// α into a.alpha[r] for the pv step (every row gets its factor: the buffer holds an earlier tile's).
+    static void put_factor(const attn_softmax_args& a, std::size_t r, float alpha) noexcept {
+        if (a.alpha) a.alpha[r] = alpha;
     }
 
     /// Rows [r0, r0 + n), n ≤ W, as the lanes of one vector (lanes ≥ n: a row that sees nothing).
@@ -262,7 +254,7 @@ struct attention_softmax_step : attention_vector_math<Arch> {
         for (std::size_t i = 0; i < n; ++i) {
             a.l[r0 + i] = lanes[i];
             a.m[r0 + i] = m_row[i];
-            rescale(a, r0 + i, alpha_row[i]);
+            put_factor(a, r0 + i, alpha_row[i]);
         }
     }
 };

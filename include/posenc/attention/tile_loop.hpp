@@ -294,7 +294,7 @@ struct attn_call {
                     }
                 }
             }
-            ker.softmax({w.s.data(), R, nk, st.m, st.l, st.acc, sh.acc_stride, sh.Dv, opt.softcap, w.alpha.data()});
+            ker.softmax({w.s.data(), R, nk, st.m, st.l, opt.softcap, w.alpha.data()});
             const std::size_t next = j0 + BK < end ? std::min(BK, end - j0 - BK) : 0;
             const simd::attn_rows_ahead k_ahead =
                 next ? simd::attn_rows_ahead{k.row(j0 + BK, hk), next, k.token_stride() * sizeof(KV), D * sizeof(KV)} : simd::attn_rows_ahead{};

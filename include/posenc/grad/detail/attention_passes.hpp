@@ -253,7 +253,7 @@ struct grad_call {
         if (cap == 0.0f) {  // P = exp(S − lse) by the forward's softmax step started from m = lse
             std::copy_n(w.rows().lse.begin(), t.R, w.m.begin());
             std::fill_n(w.l.begin(), t.R, 0.0f);
-            ker.softmax({w.p.data(), t.R, nk, w.m.data(), w.l.data(), w.acc_q.data(), 0, 0, 0.0f});
+            ker.softmax({w.p.data(), t.R, nk, w.m.data(), w.l.data(), 0.0f});
             ker.grad_ds({w.p.data(), w.ds.data(), t.R, w.rows().delta.data(), ds_factor});
         }
         for (std::size_t r = 0; r < t.R; ++r) {
