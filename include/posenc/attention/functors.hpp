@@ -33,7 +33,9 @@ struct attn_rows_ahead {
 /// product: the bits of scaling S afterwards). q: dense [rows][head_dim]; key j at k + j·k_stride
 /// elements of k_type (16-bit keys are widened exactly as they are loaded: the float keys' bits);
 /// kt: scratch of head_dim·attn_key_tile floats, 64-byte aligned; `ahead`: rows to request meanwhile
-/// (attn_rows_ahead).
+/// (attn_rows_ahead). With row_keys (a tile a causal-like mask cuts through), row r needs only keys
+/// below row_keys[r]: a block of rows stops at the vector holding its largest, and the scores past it
+/// are left as they were (the caller masks them; more than `rows` ≤ 2·attn_row_block ignore it).
 struct attn_qk_args {
     const float* q = nullptr;
     std::size_t rows = 0;
@@ -46,6 +48,7 @@ struct attn_qk_args {
     const float* row_scale = nullptr;
     dtype k_type = dtype::f32;
     attn_rows_ahead ahead{};
+    const std::size_t* row_keys = nullptr;
 };
 
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):
@@ -71,7 +74,9 @@ struct attn_softmax_args {
 /// 16 floats ≥ dv: the lanes [dv, acc_stride) are scratch (the last vector of a row is read and
 /// written whole). p[r][j] is p[r·attn_key_tile + j], or with p_transposed p[j·attn_key_tile + r]
 /// (rows ≤ attn_key_tile, v_type f32: the backward's Pᵀ·dO and dSᵀ·Q over a block, without a transposed copy).
-/// With acc_scale, row r of acc is first multiplied by acc_scale[r] (the softmax step's alpha).
+/// With acc_scale, row r of acc is first multiplied by acc_scale[r] (the softmax step's alpha). With
+/// row_keys, p[r][j] = 0 for j ≥ row_keys[r] and a block of rows stops at its largest (the bits of
+/// adding the zeros, for finite V).
 /// `ahead`: rows to request meanwhile (attn_rows_ahead).
 struct attn_pv_args {
     const float* p = nullptr;
@@ -86,6 +91,7 @@ struct attn_pv_args {
     bool p_transposed = false;
     attn_rows_ahead ahead{};
     const float* acc_scale = nullptr;
+    const std::size_t* row_keys = nullptr;
 };
 
 /// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps,

@@ -271,33 +271,58 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     static constexpr std::size_t CQ = arch_ops<Arch>::is_avx512 ? CV : (CV < 2 ? CV : 2);
     static_assert(NV % CQ == 0);
 
-    /// S rows [r, r + R) from the packed K tile: broadcast q[r + i][d], stream kt[d][·].
+    /// The keys rows [r, r + R) need (attn_qk_args::row_keys): the largest of theirs, or all.
     template <std::size_t R>
-    static void qk_block(const attn_qk_args& a, std::size_t r) noexcept {
+    static std::size_t block_keys(const std::size_t* row_keys, std::size_t r, std::size_t all) noexcept {
+        if (!row_keys) return all;
+        std::size_t n = 0;
+        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) n = row_keys[r + i] > n ? row_keys[r + i] : n;
+        return n < all ? n : all;
+    }
+
+    /// S rows [r, r + R), key vectors [c, c + C) from the packed K tile: broadcast q[r + i][d], stream kt[d][·].
+    template <std::size_t R, std::size_t C>
+    static void qk_chunk(const attn_qk_args& a, std::size_t r, std::size_t c) noexcept {
         const std::size_t D = a.head_dim;
         const float* q0 = a.q + r * D;
-        POSENC_UNROLL for (std::size_t c = 0; c < NV; c += CQ) {
-            batch acc[R][CQ];
-            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
-                POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u] = batch(0.0f);
-            const float* kc = a.kt + c * W;
-            for (std::size_t d = 0; d < D; ++d) {
-                batch kv[CQ];
-                POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
-                POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
-                    const batch qb(q0[i * D + d]);
-                    POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
-                }
+        batch acc[R][C];
+        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch(0.0f);
+        const float* kc = a.kt + c * W;
+        for (std::size_t d = 0; d < D; ++d) {
+            batch kv[C];
+            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) kv[u] = batch::load_aligned(kc + d * BK + u * W);
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
+                const batch qb(q0[i * D + d]);
+                POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = xsimd::fma(qb, kv[u], acc[i][u]);
             }
-            if (a.row_scale) {
-                POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
-                    const batch sc(a.row_scale[r + i]);
-                    POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u] *= sc;
-                }
-            }
-            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
-                POSENC_UNROLL for (std::size_t u = 0; u < CQ; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
         }
+        if (a.row_scale) {
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
+                const batch sc(a.row_scale[r + i]);
+                POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] *= sc;
+            }
+        }
+        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.s + (r + i) * BK + (c + u) * W);
+    }
+
+    /// The last n < CQ key vectors of a block, as one chunk of that width.
+    template <std::size_t R, std::size_t C = CQ - 1>
+    static void qk_rest(const attn_qk_args& a, std::size_t r, std::size_t c, std::size_t n) noexcept {
+        if constexpr (C > 0) {
+            if (n == C) return qk_chunk<R, C>(a, r, c);
+            qk_rest<R, C - 1>(a, r, c, n);
+        }
+    }
+
+    /// S rows [r, r + R): CQ key vectors at a time, up to the vector holding the block's last key.
+    template <std::size_t R>
+    static void qk_block(const attn_qk_args& a, std::size_t r) noexcept {
+        const std::size_t nv = (block_keys<R>(a.row_keys, r, BK) + W - 1) / W;
+        std::size_t c = 0;
+        for (; c + CQ <= nv; c += CQ) qk_chunk<R, CQ>(a, r, c);
+        qk_rest<R>(a, r, c, nv - c);
     }
 
     static void qk(const attn_qk_args& a) noexcept {
@@ -333,7 +358,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     static float p_at(const attn_pv_args& a, std::size_t r, std::size_t j) noexcept { return Tr ? a.p[j * BK + r] : a.p[r * BK + j]; }
 
     template <class E, std::size_t R, std::size_t C, bool Tr>
-    static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
+    static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
         const E* v = static_cast<const E*>(a.v);
         batch acc[R][C];
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
@@ -343,7 +368,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
                 const batch sc(a.acc_scale[r0 + i]);
                 POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] *= sc;
             }
-        for (std::size_t j = 0; j < a.keys; ++j) {
+        for (std::size_t j = 0; j < keys; ++j) {
             const E* vr = v + j * a.v_stride + c0;
             if (c0 == 0 && r0 == 0) {
                 prefetch_row(v, j + prefetch_rows, a.v_stride, a.dv);
@@ -356,16 +381,19 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
                 POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = xsimd::fma(pb, vv[u], acc[i][u]);
             }
         }
+        if (c0 == 0 && r0 == 0)  // the rows ahead a shorter first block did not ask for
+            for (std::size_t j = keys; j < a.keys; ++j) prefetch_ahead(a.ahead, j);
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
     }
 
     template <class E, std::size_t R, bool Tr>
     static void pv_rows(const attn_pv_args& a, std::size_t r0) noexcept {
+        const std::size_t keys = block_keys<R>(a.row_keys, r0, a.keys);
         std::size_t c = 0;
-        for (; c + CQ * W <= a.dv; c += CQ * W) pv_block<E, R, CQ, Tr>(a, r0, c);
-        for (; c + W <= a.dv; c += W) pv_block<E, R, 1, Tr>(a, r0, c);
-        if (c < a.dv) pv_tail<E, R, Tr>(a, r0, c);
+        for (; c + CQ * W <= a.dv; c += CQ * W) pv_block<E, R, CQ, Tr>(a, r0, c, keys);
+        for (; c + W <= a.dv; c += W) pv_block<E, R, 1, Tr>(a, r0, c, keys);
+        if (c < a.dv) pv_tail<E, R, Tr>(a, r0, c, keys);
     }
 
     /// The last dv − c0 < W columns with the same vector operation per lane as pv_block. (A scalar loop here
@@ -373,7 +401,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     /// cache differed from prefill in the last bit, with FMA on AVX2 and AVX-512.) The accumulator rows
     /// are padded to 16 lanes; V's are not, so each key's tail is copied into zeroed lanes.
     template <class E, std::size_t R, bool Tr>
-    static void pv_tail(const attn_pv_args& a, std::size_t r0, std::size_t c0) noexcept {
+    static void pv_tail(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
         const E* v = static_cast<const E*>(a.v);
         const std::size_t m = a.dv - c0;
         batch acc[R];
@@ -381,7 +409,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
         if (a.acc_scale)
             POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] *= batch(a.acc_scale[r0 + i]);
         alignas(64) float vt[W] = {};
-        for (std::size_t j = 0; j < a.keys; ++j) {
+        for (std::size_t j = 0; j < keys; ++j) {
             for (std::size_t i = 0; i < m; ++i) vt[i] = to_float(v[j * a.v_stride + c0 + i]);
             const batch vv = batch::load_aligned(vt);
             POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) acc[i] = xsimd::fma(batch(p_at<Tr>(a, r0 + i, j)), vv, acc[i]);

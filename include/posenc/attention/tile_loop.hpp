@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <new>
+#include <utility>
 #include <tuple>
 #include <span>
 #include <type_traits>
@@ -47,23 +48,26 @@ inline position_ids slice_positions(const position_ids& p, std::size_t begin, st
     return p.step() == 0 ? position_ids::constant(start, count) : position_ids::consecutive(start, count);
 }
 
+/// The keys [b, e) of a tile whose n keys lie at consecutive positions from k_lo that a query seeing
+/// range r sees (b = e: none); the positions are subtracted only once compared to lie within the tile
+/// (no overflow).
+inline std::pair<std::size_t, std::size_t> keys_within(const key_range& r, std::int64_t k_lo, std::size_t n) noexcept {
+    if (n == 0) return {0, 0};
+    const std::int64_t k_hi = k_lo + static_cast<std::int64_t>(n - 1);
+    if (r.lo > r.hi || r.hi < k_lo || r.lo > k_hi) return {0, 0};
+    return {r.lo <= k_lo ? 0 : static_cast<std::size_t>(r.lo - k_lo), r.hi >= k_hi ? n : static_cast<std::size_t>(r.hi - k_lo) + 1};
+}
+
 /// srow[j] ← −∞ for the keys at positions ks that the query at position qp does not see. A mask that
 /// names its visible keys as one range (visible_keys), over keys at consecutive positions, takes two
-/// fills (the positions subtracted only once compared to lie within the tile: no overflow);
-/// otherwise one test per key. (Not noexcept: a custom mask may throw.)
+/// fills; otherwise one test per key. (Not noexcept: a custom mask may throw.)
 template <attention_mask M>
 void mask_scores(const M& mask, std::int64_t qp, const position_ids& ks, float* srow) {
     constexpr float ninf = -std::numeric_limits<float>::infinity();
     const std::size_t n = ks.size();
     if constexpr (requires { { mask.visible_keys(qp) } -> std::same_as<key_range>; }) {
         if (ks.is_consecutive() && n > 0) {
-            const key_range r = mask.visible_keys(qp);
-            const std::int64_t k_lo = ks.front(), k_hi = k_lo + static_cast<std::int64_t>(n - 1);
-            std::size_t b = 0, e = 0;  // the visible keys: [b, e)
-            if (r.lo <= r.hi && r.hi >= k_lo && r.lo <= k_hi) {
-                b = r.lo <= k_lo ? 0 : static_cast<std::size_t>(r.lo - k_lo);
-                e = r.hi >= k_hi ? n : static_cast<std::size_t>(r.hi - k_lo) + 1;
-            }
+            const auto [b, e] = keys_within(mask.visible_keys(qp), ks.front(), n);
             // (A range that disagrees with visible() at its ends would hide or show keys it should not.)
             assert(b == e || (mask.visible(qp, ks[b]) && mask.visible(qp, ks[e - 1])));
             assert(b == 0 || !mask.visible(qp, ks[b - 1]));
@@ -151,10 +155,12 @@ struct attn_state {
 
 /// One thread's scratch: everything the kernel needs besides the caller's buffers. `krot` holds a
 /// key tile when keys are transformed or widened, `vbuf` a widened value tile, `alpha` the softmax
-/// step's rescale factors (applied by the pv step as it loads acc); `total` the item's folded segments.
+/// step's rescale factors (applied by the pv step as it loads acc), `row_keys` how far into a tile
+/// each row sees (visible_key_ends); `total` the item's folded segments.
 struct attn_scratch {
     attn_floats q, kt, s, acc, krot, vbuf, total_acc;
     std::vector<float> m, l, alpha, scale, row_scale, total_m, total_l;
+    std::vector<std::size_t> row_keys;
     std::size_t terms_stride;  // a distance bias's terms per head: a tile's keys + its query span
     std::vector<double> terms;
     attn_scratch(const attn_shape& sh, bool key_copy, bool value_copy)
@@ -162,7 +168,7 @@ struct attn_scratch {
           acc(sh.rows_pad * sh.acc_stride), krot(key_copy ? simd::attn_key_tile * sh.D : 0),
           vbuf(value_copy || sh.rows_pad > 2 * simd::attn_row_block ? simd::attn_key_tile * sh.Dv : 0), total_acc(sh.rows_pad * sh.acc_stride), m(sh.rows_pad),
           l(sh.rows_pad), alpha(sh.rows_pad), scale(sh.tile_tokens), row_scale(sh.rows_pad), total_m(sh.rows_pad), total_l(sh.rows_pad),
-          terms_stride(simd::attn_key_tile + sh.tile_tokens), terms(sh.G * terms_stride) {}
+          row_keys(sh.rows_pad), terms_stride(simd::attn_key_tile + sh.tile_tokens), terms(sh.G * terms_stride) {}
     [[nodiscard]] attn_state segment() noexcept { return {m.data(), l.data(), acc.data()}; }
     [[nodiscard]] attn_state total() noexcept { return {total_m.data(), total_l.data(), total_acc.data()}; }
 };
@@ -220,6 +226,23 @@ struct attn_call {
         return t;
     }
 
+    /// ends[r] = the number of the tile's keys up to the last one row r sees, from the mask's
+    /// visible_keys over keys at consecutive positions (0 for padding rows): on a tile a causal-like
+    /// mask cuts through, the products stop there (the keys past it are masked). nullptr where the
+    /// mask cannot say.
+    const std::size_t* visible_key_ends(const attn_query_tile& t, const position_ids& ks, std::size_t* ends) const {
+        if constexpr (requires { { mask.visible_keys(std::int64_t{}) } -> std::same_as<key_range>; }) {
+            if (!ks.is_consecutive() || ks.size() == 0) return nullptr;
+            for (std::size_t i = 0; i < t.nq; ++i)
+                std::fill_n(ends + i * sh.G, sh.G, keys_within(mask.visible_keys(t.qs[i]), ks.front(), ks.size()).second);
+            std::fill(ends + t.R, ends + t.rows_pad, std::size_t{0});
+            return ends;
+        } else {
+            (void)t, (void)ks, (void)ends;
+            return nullptr;
+        }
+    }
+
     bool fill_distance_terms(const attn_query_tile& t, const position_ids& ks, attn_scratch& w) const {
         return distance_terms(enc.bias, t.hk, sh.G, sh.tile_tokens, t.q_lo, t.q_hi, ks, w.terms.data(), w.terms_stride);
     }
@@ -268,8 +291,9 @@ struct attn_call {
             // head's rows lie a token stride apart, beyond the hardware prefetcher's reach, and
             // packing them had waited on L3.
             const simd::attn_rows_ahead v_ahead{v.row(j0, hk), nk, v.token_stride() * sizeof(KV), sh.Dv * sizeof(KV)};
+            const std::size_t* row_keys = vis == tile_visibility::partial ? visible_key_ends(t, ks, w.row_keys.data()) : nullptr;
             ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data(),
-                    add_then_scale ? nullptr : w.row_scale.data(), ktype, v_ahead});
+                    add_then_scale ? nullptr : w.row_scale.data(), ktype, v_ahead, row_keys});
 
             const bool by_distance = fill_distance_terms(t, ks, w);
             for (std::size_t r = 0; r < R; ++r) {
@@ -303,10 +327,10 @@ struct attn_call {
                 // sets, and the pv step streams the tile once per block of rows.
                 ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
                 ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false, k_ahead,
-                        w.alpha.data()});
+                        w.alpha.data(), row_keys});
             } else {  // V read in place (decode, or dense float rows), 16-bit rows widened as they are loaded
                 ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false,
-                        k_ahead, w.alpha.data()});
+                        k_ahead, w.alpha.data(), row_keys});
             }
             for (std::size_t r = 0; r < R; ++r)
                 add_bias_to_output(enc.bias, hk * G + r % G, t.qs[r / G], ks, std::span<const float>(w.s.data() + r * BK, nk),

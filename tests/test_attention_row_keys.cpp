@@ -1,0 +1,110 @@
+// The attention kernel's QKᵀ and PV steps with row_keys (attn_qk_args, attn_pv_args), on every
+// architecture this CPU runs: on a tile a causal-like mask cuts through, each block of rows stops at
+// the largest key its rows see.
+//
+// Expected values: the same steps without row_keys, bit for bit, wherever the contract promises a
+// value (every score a row needs; every accumulator lane), and the scores past every row's needs left
+// as they were. The full steps themselves are checked against double sums by the attention tests.
+#include <posenc/attention/attention.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "support/catch.hpp"
+
+namespace row_keys_test {
+
+constexpr std::size_t BK = posenc::simd::attn_key_tile;
+
+std::uint32_t bits(float x) {
+    std::uint32_t b;
+    std::memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+/// Row r's key count: a causal diagonal (r + offset, clamped), or random, or 0 / all by turns.
+std::vector<std::size_t> random_row_keys(std::mt19937& rng, std::size_t rows, std::size_t rows_pad, std::size_t keys) {
+    std::vector<std::size_t> ends(rows_pad, 0);
+    const unsigned kind = rng() % 3;
+    const std::size_t offset = rng() % (keys + 1);
+    for (std::size_t r = 0; r < rows; ++r) {
+        if (kind == 0) ends[r] = std::min(keys, r + offset);
+        if (kind == 1) ends[r] = rng() % (keys + 1);
+        if (kind == 2) ends[r] = rng() % 4 == 0 ? 0 : keys;
+    }
+    return ends;
+}
+
+template <class Arch>
+void check_arch(std::size_t& archs) {
+    if (!posenc::simd::compat::cpu_supports<Arch>()) return;
+    ++archs;
+    const auto ker = posenc::simd::attention_kernels_for<Arch>();
+    INFO("architecture " << ker.arch);
+    std::mt19937 rng(20261206);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const float nan = std::nanf("");
+    std::size_t needed = 0;
+    for (int trial = 0; trial < 200; ++trial) {
+        const std::size_t rows = 9 + rng() % 56, rows_pad = (rows + 3) / 4 * 4;  // > 2 row blocks: the packed path
+        const std::size_t keys = 1 + rng() % BK, D = std::size_t{8} * (1 + rng() % 10), dv = 1 + rng() % 80;
+        const std::size_t acc_stride = (dv + 15) / 16 * 16, k_stride = D + rng() % 3 * 8;
+        INFO("trial " << trial << ", rows " << rows << ", keys " << keys << ", D " << D << ", dv " << dv);
+        const std::vector<std::size_t> ends = random_row_keys(rng, rows, rows_pad, keys);
+
+        // QKᵀ: the scores a row needs are the full step's; past every row's needs, untouched.
+        posenc::detail::attn_floats q(rows_pad * D), kt(D * BK), full(rows_pad * BK), trimmed(rows_pad * BK, nan);
+        std::vector<float> k(keys * k_stride), row_scale(rows_pad);
+        for (float& x : q) x = u(rng);
+        for (float& x : k) x = u(rng);
+        for (float& x : row_scale) x = 0.5f + 0.5f * u(rng);
+        const posenc::simd::attn_qk_args base{q.data(), rows_pad, D, k.data(), k_stride, keys, kt.data(), full.data(), row_scale.data()};
+        ker.qk(base);
+        posenc::simd::attn_qk_args cut = base;
+        cut.s = trimmed.data();
+        cut.row_keys = ends.data();
+        ker.qk(cut);
+        std::size_t most = 0;
+        for (std::size_t r = 0; r < rows; ++r) {
+            most = std::max(most, ends[r]);
+            for (std::size_t j = 0; j < ends[r]; ++j) REQUIRE(bits(trimmed[r * BK + j]) == bits(full[r * BK + j]));
+            needed += ends[r];
+        }
+        const std::size_t untouched = (most + 15) / 16 * 16;  // past the last 16-lane vector any row needs (any width ≤ 16)
+        for (std::size_t r = 0; r < rows_pad; ++r)
+            for (std::size_t j = untouched; j < BK; ++j) REQUIRE(std::isnan(trimmed[r * BK + j]));
+
+        // PV: p zero past each row's keys (the caller's promise); every accumulator lane as the full step's.
+        posenc::detail::attn_floats p(rows_pad * BK), acc_full(rows_pad * acc_stride), acc_cut(rows_pad * acc_stride);
+        std::vector<float> v(keys * dv), scale(rows_pad);
+        for (std::size_t r = 0; r < rows_pad; ++r)
+            for (std::size_t j = 0; j < BK; ++j) p[r * BK + j] = j < ends[r] ? 0.5f + 0.5f * u(rng) : 0.0f;
+        for (float& x : v) x = u(rng);
+        for (float& x : scale) x = 0.5f + 0.5f * u(rng);
+        for (std::size_t i = 0; i < acc_full.size(); ++i) acc_full[i] = acc_cut[i] = u(rng);
+        const bool scaled = trial % 2 == 0;
+        ker.pv({p.data(), rows, keys, v.data(), dv, dv, acc_full.data(), acc_stride, posenc::dtype::f32, false, {},
+                scaled ? scale.data() : nullptr});
+        ker.pv({p.data(), rows, keys, v.data(), dv, dv, acc_cut.data(), acc_stride, posenc::dtype::f32, false, {},
+                scaled ? scale.data() : nullptr, ends.data()});
+        for (std::size_t r = 0; r < rows; ++r)
+            for (std::size_t d = 0; d < dv; ++d) REQUIRE(bits(acc_cut[r * acc_stride + d]) == bits(acc_full[r * acc_stride + d]));
+    }
+    CHECK(needed > 10000);
+}
+
+template <class... Archs>
+std::size_t check_all(xsimd::arch_list<Archs...>) {
+    std::size_t archs = 0;
+    (check_arch<Archs>(archs), ...);
+    return archs;
+}
+
+}  // namespace row_keys_test
+
+TEST_CASE("attention QK and PV steps: row_keys stop each block of rows at its last key, the full steps' bits", "[attention][kernels]") {
+    REQUIRE(row_keys_test::check_all(posenc::simd::dispatch_archs{}) >= 1);
+}
