@@ -7,23 +7,20 @@
 // as they were. The full steps themselves are checked against double sums by the attention tests.
 #include <posenc/attention/attention.hpp>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 
 namespace row_keys_test {
 
 constexpr std::size_t BK = posenc::simd::attn_key_tile;
 
-std::uint32_t bits(float x) {
-    std::uint32_t b;
-    std::memcpy(&b, &x, sizeof b);
-    return b;
-}
+std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
 
 /// Row r's key count: a causal diagonal (r + offset, clamped), or random, or 0 / all by turns.
 std::vector<std::size_t> random_row_keys(std::mt19937& rng, std::size_t rows, std::size_t rows_pad, std::size_t keys) {
@@ -39,9 +36,7 @@ std::vector<std::size_t> random_row_keys(std::mt19937& rng, std::size_t rows, st
 }
 
 template <class Arch>
-void check_arch(std::size_t& archs) {
-    if (!posenc::simd::compat::cpu_supports<Arch>()) return;
-    ++archs;
+void check_arch(Arch) {
     const auto ker = posenc::simd::attention_kernels_for<Arch>();
     INFO("architecture " << ker.arch);
     std::mt19937 rng(20261206);
@@ -96,15 +91,8 @@ void check_arch(std::size_t& archs) {
     CHECK(needed > 10000);
 }
 
-template <class... Archs>
-std::size_t check_all(xsimd::arch_list<Archs...>) {
-    std::size_t archs = 0;
-    (check_arch<Archs>(archs), ...);
-    return archs;
-}
-
 }  // namespace row_keys_test
 
 TEST_CASE("attention QK and PV steps: row_keys stop each block of rows at its last key, the full steps' bits", "[attention][kernels]") {
-    REQUIRE(row_keys_test::check_all(posenc::simd::dispatch_archs{}) >= 1);
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { row_keys_test::check_arch(arch); }) >= 1);
 }

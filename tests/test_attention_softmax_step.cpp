@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 
 namespace softmax_step_test {
 
@@ -101,9 +102,7 @@ tile random_tile(std::mt19937& rng, std::size_t rows, bool with_nan) {
 }
 
 template <class Arch>
-void check_arch(std::size_t& archs) {
-    if (!posenc::simd::compat::cpu_supports<Arch>()) return;
-    ++archs;
+void check_arch(Arch) {
     const auto ker = posenc::simd::attention_kernels_for<Arch>();
     INFO("architecture " << ker.arch);
     std::mt19937 rng(20261204);
@@ -259,15 +258,8 @@ void check_arch(std::size_t& archs) {
     }
 }
 
-template <class... Archs>
-std::size_t check_all(xsimd::arch_list<Archs...>) {
-    std::size_t archs = 0;
-    (check_arch<Archs>(archs), ...);
-    return archs;
-}
-
 }  // namespace softmax_step_test
 
 TEST_CASE("attention softmax step: rows as lanes give each row's bits alone, the contract's edge cases, exp in double", "[attention][kernels]") {
-    REQUIRE(softmax_step_test::check_all(posenc::simd::dispatch_archs{}) >= 1);
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { softmax_step_test::check_arch(arch); }) >= 1);
 }
