@@ -18,6 +18,9 @@
 #include <posenc/posenc.hpp>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -372,6 +375,62 @@ TEST_CASE("attention: sliding windows and chunks wider than a key tile", "[atten
         CHECK(error_of(run_posenc(p, posenc::attention_encoding{rope}, posenc::sliding_window_mask{.window = 100}, {}, as), ref) /
                   max_abs(p.v) <=
               bound);
+    }
+}
+
+TEST_CASE("attention: key positions as consecutive() or as the same array give the same bits", "[attention][mask]") {
+    // Over consecutive key positions a tile the mask cuts through is masked by fills and each block of
+    // rows stops its products at its last visible key; an array takes neither shortcut. Both forms must
+    // give the same bits (a stale score or a skipped visible key would differ): causal, window and
+    // chunk masks, MHA and GQA 4:1, RoPE and ALiBi in both orders, soft-capping, packed sequences.
+    const std::size_t D = 32, T = 200;
+    posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{});
+    std::size_t compared = 0;
+    auto same_bits = [&](const auto& enc, const auto& mask, attn_problem p, const posenc::attention_options& opt) {
+        const auto a = run_posenc(p, enc, mask, opt, positions_as::int64);
+        const auto c = run_posenc(p, enc, mask, opt, positions_as::consecutive);
+        REQUIRE(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)) == 0);
+        compared += a.size();
+    };
+    auto each_mask = [&](const auto& enc, std::size_t Hkv, const posenc::attention_options& opt, bool packed) {
+        attn_problem p = make_attn_problem(T, T, 8, Hkv, D, D, 300 + static_cast<std::uint32_t>(compared % 89), -37);
+        if (packed)
+            for (std::size_t t = 0; t < T; ++t) {
+                p.qseq.push_back(t < 70 ? 0 : t < 150 ? 1 : 2);
+                p.kseq.push_back(p.qseq.back());
+            }
+        same_bits(enc, posenc::causal_mask{}, p, opt);
+        same_bits(enc, posenc::sliding_window_mask{.window = 100}, p, opt);
+        same_bits(enc, posenc::chunked_mask{.chunk = 64}, p, opt);
+    };
+    for (const std::size_t Hkv : {std::size_t{8}, std::size_t{2}}) {
+        INFO("kv heads " << Hkv);
+        each_mask(posenc::attention_encoding{rope}, Hkv, {}, false);
+        each_mask(posenc::attention_encoding{rope}, Hkv, {.softcap = 1.5f}, false);
+        each_mask(posenc::attention_encoding{rope}, Hkv, {}, true);
+        for (auto order : {posenc::bias_order::scale_then_add, posenc::bias_order::add_then_scale})
+            each_mask(posenc::attention_encoding{posenc::nope{}, posenc::alibi_bias({.heads = 8, .max_bias = 8, .order = order})},
+                      Hkv, {}, false);
+    }
+    REQUIRE(compared == 2 * 5 * 3 * T * 8 * D);
+
+    // A zero's sign: row 6 sees keys 0-6, whose products with V (−0 for the top score, −denorm_min
+    // for the others, p = 0.3) all round to −0; keys 7-15 are masked and hold V = 1. Adding their zero
+    // products (the array form) makes the lane +0, skipping them (consecutive) leaves −0: the output
+    // is +0 either way.
+    attn_problem z = make_attn_problem(8, 16, 1, 1, 16, 16, 5);
+    for (std::size_t i = 0; i < 8; ++i) z.qpos[i] = static_cast<std::int64_t>(i);
+    for (std::size_t j = 0; j < 16; ++j) z.kpos[j] = static_cast<std::int64_t>(j);
+    std::fill(z.q.begin(), z.q.end(), 0.0f);
+    std::fill(z.k.begin(), z.k.end(), 0.0f);
+    z.q[6 * 16] = 1.0f;
+    for (std::size_t j = 1; j < 16; ++j) z.k[j * 16] = static_cast<float>(4.0 * std::log(0.3));  // s = ln 0.3 (scale 1/4)
+    for (std::size_t j = 0; j < 16; ++j)
+        for (std::size_t d = 0; d < 16; ++d)
+            z.v[j * 16 + d] = j == 0 ? -0.0f : j <= 6 ? -std::numeric_limits<float>::denorm_min() : 1.0f;
+    for (const positions_as as : {positions_as::int64, positions_as::consecutive}) {
+        const auto out = run_posenc(z, posenc::attention_encoding{posenc::nope{}}, posenc::causal_mask{}, {}, as);
+        for (std::size_t d = 0; d < 16; ++d) REQUIRE(std::bit_cast<std::uint32_t>(out[6 * 16 + d]) == 0u);
     }
 }
 

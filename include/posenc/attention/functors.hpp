@@ -29,13 +29,15 @@ struct attn_rows_ahead {
 };
 
 /// S[r][j] = Σ_d q[r][d]·k_j[d] for r < rows (a multiple of attn_row_block), j < attn_key_tile
-/// (keys ≥ `keys` give 0), times row_scale[r] when row_scale is set (the sum rounded, then the
+/// (keys ≥ `keys` give 0 unless row_keys cuts them off), times row_scale[r] when row_scale is set (the sum rounded, then the
 /// product: the bits of scaling S afterwards). q: dense [rows][head_dim]; key j at k + j·k_stride
 /// elements of k_type (16-bit keys are widened exactly as they are loaded: the float keys' bits);
 /// kt: scratch of head_dim·attn_key_tile floats, 64-byte aligned; `ahead`: rows to request meanwhile
-/// (attn_rows_ahead). With row_keys (a tile a causal-like mask cuts through), row r needs only keys
-/// below row_keys[r]: a block of rows stops at the vector holding its largest, and the scores past it
-/// are left as they were (the caller masks them; more than `rows` ≤ 2·attn_row_block ignore it).
+/// (attn_rows_ahead). row_keys (optional, `rows` entries ≤ keys; a tile a causal-like mask cuts
+/// through): row r needs only the scores of keys below row_keys[r]. Each register block of rows stops
+/// at the vector holding its rows' largest entry and leaves the scores past it as they were, so the
+/// caller must overwrite row r's scores at keys ≥ row_keys[r] (mask them) before the softmax reads
+/// them. Calls with rows ≤ 2·attn_row_block (the dot-product path) compute every key.
 struct attn_qk_args {
     const float* q = nullptr;
     std::size_t rows = 0;
@@ -54,8 +56,9 @@ struct attn_qk_args {
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):
 /// soft-capping of finite logits (softcap > 0), new running max m, numerators p = exp(s − m) written
 /// over S (0 past `keys`), running sum l rescaled by α = exp(m_old − m), and, when `alpha` is given,
-/// each row's α written to alpha[r] (α = 1 for a row that sees nothing): the step does not touch the
-/// accumulator; the pv step multiplies row r by alpha[r] as it loads it (attn_pv_args::acc_scale).
+/// each row's α written to alpha[r] (α = 1 for a row that sees nothing). The step does not touch the
+/// accumulator: a caller that keeps one must pass `alpha` and hand it to the pv step as acc_scale,
+/// which multiplies row r by alpha[r] as it loads it (without it the accumulator is never rescaled).
 /// A row that has seen no visible key keeps m = −∞, l = 0 and gets p = 0. Where m is not finite
 /// (kernels_softmax.hpp's exp_unbounded) p is the softmax's limit under +∞ (1 on the +∞ logits, 0
 /// elsewhere) and NaN under NaN (a tile of only −∞ and NaN sets m = NaN); masked keys get 0 always.
@@ -74,9 +77,11 @@ struct attn_softmax_args {
 /// 16 floats ≥ dv: the lanes [dv, acc_stride) are scratch (the last vector of a row is read and
 /// written whole). p[r][j] is p[r·attn_key_tile + j], or with p_transposed p[j·attn_key_tile + r]
 /// (rows ≤ attn_key_tile, v_type f32: the backward's Pᵀ·dO and dSᵀ·Q over a block, without a transposed copy).
-/// With acc_scale, row r of acc is first multiplied by acc_scale[r] (the softmax step's alpha). With
-/// row_keys, p[r][j] = 0 for j ≥ row_keys[r] and a block of rows stops at its largest (the bits of
-/// adding the zeros, for finite V).
+/// With acc_scale, row r of acc is first multiplied by acc_scale[r] (the softmax step's alpha).
+/// row_keys (optional, as attn_qk_args'): the caller promises p[r][j] = 0 for j ≥ row_keys[r], and each
+/// register block of rows stops at its rows' largest entry. For finite V that gives the bits of adding
+/// the zero products, up to the sign of a zero (a −0 lane stays −0 where +0·v would make it +0); with
+/// ±∞ or NaN in V at such a key, whether the row comes out NaN depends on the blocking.
 /// `ahead`: rows to request meanwhile (attn_rows_ahead).
 struct attn_pv_args {
     const float* p = nullptr;

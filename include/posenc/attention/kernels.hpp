@@ -10,7 +10,8 @@
 // rows are contiguous over Dv (the caller packs a tile of them): the same block broadcasts p and
 // streams V. The transposition costs head_dim·64 moves per tile,
 // shared by every query row of the tile (rows = G·query tokens); for 8 rows or fewer (decode) QKᵀ
-// takes dot products along D instead.
+// takes dot products along D instead. On a tile a causal-like mask cuts through (row_keys), each
+// register block of rows stops both products at the last key its rows see.
 //
 // The steps that share the block shapes live here; the online softmax in kernels_softmax.hpp (on the
 // vector exp, tanh and reductions of kernels_math.hpp), the conversions and prefetch in

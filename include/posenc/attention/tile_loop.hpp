@@ -19,10 +19,10 @@
 #include <cstdint>
 #include <limits>
 #include <new>
-#include <utility>
 #include <tuple>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "posenc/attention/dispatch.hpp"
@@ -291,6 +291,7 @@ struct attn_call {
             // head's rows lie a token stride apart, beyond the hardware prefetcher's reach, and
             // packing them had waited on L3.
             const simd::attn_rows_ahead v_ahead{v.row(j0, hk), nk, v.token_stride() * sizeof(KV), sh.Dv * sizeof(KV)};
+            // Cut short only where every row is masked below (the same condition: vis partial).
             const std::size_t* row_keys = vis == tile_visibility::partial ? visible_key_ends(t, ks, w.row_keys.data()) : nullptr;
             ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data(),
                     add_then_scale ? nullptr : w.row_scale.data(), ktype, v_ahead, row_keys});
@@ -310,7 +311,8 @@ struct attn_call {
                 if (add_then_scale)
                     for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
                 if (vis == tile_visibility::partial) {
-                    mask_scores(mask, qp, ks, srow);
+                    mask_scores(mask, qp, ks, srow);  // (also over what row_keys left uncomputed)
+                    assert(!row_keys || std::all_of(srow + row_keys[r], srow + nk, [](float x) { return x == ninf; }));
                     if (seq) {
                         const std::int32_t qid = opt.query_sequence[t.t0 + i];
                         for (std::size_t j = 0; j < nk; ++j)
@@ -399,7 +401,8 @@ inline void finish_rows(const attn_query_tile& t, const attn_state& total, const
             l = l * num + std::exp(sink - mf);
         }
         const double f = num / l;
-        for (std::size_t d = 0; d < sh.Dv; ++d) o[d] = static_cast<float>(acc[d] * f);
+        // (+ 0: a zero comes out +0, whichever zero products of masked keys a tile skipped.)
+        for (std::size_t d = 0; d < sh.Dv; ++d) o[d] = static_cast<float>(acc[d] * f) + 0.0f;
         if (!extra.lse.empty()) extra.lse[(t.t0 + i) * sh.Hq + head] = static_cast<float>(m + std::log(l));
     }
 }

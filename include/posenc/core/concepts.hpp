@@ -54,7 +54,8 @@ enum class bias_order { scale_then_add, add_then_scale };
 /// whole row segment at a time, so that an attention kernel never materializes a T×T matrix:
 /// `add_to_scores(head, query_pos, key_positions, scores)` does scores[j] += bias(head, query_pos,
 /// key_positions[j]) for every j (key positions are real positions: a KV cache may hold any). `order()`
-/// says where the bias goes relative to the softmax scale.
+/// says where the bias goes relative to the softmax scale. The scores of keys the mask hides may hold
+/// anything (the mask overwrites them afterwards): a bias must not act on their values.
 ///
 /// A bias that needs the query vector (Shaw's q·a^K) takes it as a fifth argument instead:
 /// `add_to_scores(head, query_pos, key_positions, scores, query)`, with query the transformed q row.
