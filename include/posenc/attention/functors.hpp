@@ -29,9 +29,10 @@ struct attn_rows_ahead {
 };
 
 /// S[r][j] = Σ_d q[r][d]·k_j[d] for r < rows (a multiple of attn_row_block), j < attn_key_tile
-/// (keys ≥ `keys` give 0 unless row_keys cuts them off), times row_scale[r] when row_scale is set (the sum rounded, then the
-/// product: the bits of scaling S afterwards). q: dense [rows][head_dim]; key j at k + j·k_stride
-/// elements of k_type (16-bit keys are widened exactly as they are loaded: the float keys' bits);
+/// (keys ≥ `keys` give 0 unless row_keys cuts them off), times row_scale[r] when row_scale is set
+/// (the sum rounded, then the product: the bits of scaling S afterwards). q: dense [rows][head_dim];
+/// key j at k + j·k_stride elements of k_type (16-bit keys are widened exactly as they are loaded:
+/// the float keys' bits);
 /// kt: scratch of head_dim·attn_key_tile floats, 64-byte aligned; `ahead`: rows to request meanwhile
 /// (attn_rows_ahead). row_keys (optional, `rows` entries ≤ keys; a tile a causal-like mask cuts
 /// through): row r needs only the scores of keys below row_keys[r]. Each register block of rows stops

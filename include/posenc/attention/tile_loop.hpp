@@ -55,7 +55,8 @@ inline std::pair<std::size_t, std::size_t> keys_within(const key_range& r, std::
     if (n == 0) return {0, 0};
     const std::int64_t k_hi = k_lo + static_cast<std::int64_t>(n - 1);
     if (r.lo > r.hi || r.hi < k_lo || r.lo > k_hi) return {0, 0};
-    return {r.lo <= k_lo ? 0 : static_cast<std::size_t>(r.lo - k_lo), r.hi >= k_hi ? n : static_cast<std::size_t>(r.hi - k_lo) + 1};
+    return {r.lo <= k_lo ? 0 : static_cast<std::size_t>(r.lo - k_lo),
+            r.hi >= k_hi ? n : static_cast<std::size_t>(r.hi - k_lo) + 1};
 }
 
 /// srow[j] ← −∞ for the keys at positions ks that the query at position qp does not see. A mask that
