@@ -9,7 +9,8 @@
 // p = 0 and α = 1; an unchanged maximum (+∞ too) gives α exactly 1; a running maximum survives a later
 // tile that is far below it; (3) p, l and α against exp computed in double here; (4) NaN and +∞ logits
 // in IEEE terms (a NaN reaches l and α, +∞ logits share the weight); (5) the pv step applying the
-// factors as it loads the accumulator against acc·α rounded once and a plain pv step, bit for bit.
+// factors as it loads the accumulator against acc·α rounded once and a plain pv step, bit for bit;
+// (6) soft-capped scores against c·tanh(s/c) in double.
 #include <posenc/attention/attention.hpp>
 
 #include <cmath>
@@ -256,10 +257,47 @@ void check_arch(Arch) {
         CHECK(std::isnan(t.l[4]));
         CHECK(std::isnan(t.s[4 * BK + 8]));
     }
+
+    // (6) soft-capping against c·tanh(s/c) in double, through both tanh branches (|s/c| below and
+    // above 0.3) and into saturation, among 3 rows and among 19; a fresh state, some keys masked.
+    // A capped score is within 8·2⁻²⁴·c (the quotient's two roundings, tanh's few ulps, the product's
+    // rounding), so the running max is too, and p = e^{capped − m} within that plus exp's 3e-7.
+    for (const float cap : {3.0f, 30.0f, 50.0f})
+        for (const std::size_t rows : {std::size_t{3}, std::size_t{19}}) {
+            INFO("softcap " << cap << ", rows " << rows);
+            std::uniform_real_distribution<float> frac(-1.0f, 1.0f);
+            tile t(rows, BK, cap);
+            for (std::size_t r = 0; r < rows; ++r) {
+                const float reach = r % 3 == 0 ? 0.3f : r % 3 == 1 ? 1.5f : 6.0f;  // |s/c| up to this
+                for (std::size_t j = 0; j < BK; ++j) t.s[r * BK + j] = j % 11 == 5 ? -inf : reach * cap * frac(rng);
+                t.m[r] = -inf, t.l[r] = 0.0f;
+            }
+            const std::vector<float> s_before(t.s.begin(), t.s.end());
+            t.run(ker);
+            const double delta = 8.0 * cap * 0x1p-24;
+            for (std::size_t r = 0; r < rows; ++r) {
+                double max_capped = -inf;
+                for (std::size_t j = 0; j < BK; ++j)
+                    if (s_before[r * BK + j] != -inf)
+                        max_capped = std::max(max_capped, cap * std::tanh(static_cast<double>(s_before[r * BK + j]) / cap));
+                INFO("row " << r << ", m " << t.m[r] << ", max of c·tanh(s/c) " << max_capped);
+                REQUIRE(std::abs(t.m[r] - max_capped) <= delta);
+                for (std::size_t j = 0; j < BK; ++j) {
+                    const float x = s_before[r * BK + j];
+                    if (x == -inf) {
+                        REQUIRE(bits(t.s[r * BK + j]) == bits(0.0f));
+                        continue;
+                    }
+                    const double p = std::exp(cap * std::tanh(static_cast<double>(x) / cap) - static_cast<double>(t.m[r]));
+                    INFO("key " << j << ", s " << x << ", p " << t.s[r * BK + j] << ", expected " << p);
+                    REQUIRE(std::abs(t.s[r * BK + j] - p) <= (3e-7 + delta) * p + 1e-37);
+                }
+            }
+        }
 }
 
 }  // namespace softmax_step_test
 
-TEST_CASE("attention softmax step: rows as lanes give each row's bits alone, the contract's edge cases, exp in double", "[attention][kernels]") {
+TEST_CASE("attention softmax step: rows as lanes give each row's bits alone, the contract's edge cases, exp and tanh in double", "[attention][kernels]") {
     REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { softmax_step_test::check_arch(arch); }) >= 1);
 }
