@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 
 namespace distance_bias_test {
 
@@ -58,9 +59,7 @@ void compare(const problem& p, const posenc::alibi& params, const posenc::positi
 }
 
 template <class Arch>
-void check_arch(std::size_t& archs) {
-    if (!posenc::simd::compat::cpu_supports<Arch>()) return;
-    ++archs;
+void check_arch(Arch) {
     for (const std::size_t G : {1, 4}) {
         const std::size_t T = 150, Hkv = 2, Hq = Hkv * G, D = 24;
         const problem p{T, T, Hq, Hkv, D, normals(T * Hq * D, 3), normals(T * Hkv * D, 4), normals(T * Hkv * D, 5)};
@@ -86,16 +85,9 @@ void check_arch(std::size_t& archs) {
     }
 }
 
-template <class... Archs>
-std::size_t check_archs(xsimd::arch_list<Archs...>) {
-    std::size_t archs = 0;
-    (check_arch<Archs>(archs), ...);
-    return archs;
-}
-
 }  // namespace distance_bias_test
 
 TEST_CASE("attention with ALiBi: the per-distance bias terms give the per-row bias's bits on every architecture",
           "[attention][alibi]") {
-    REQUIRE(distance_bias_test::check_archs(posenc::simd::dispatch_archs{}) >= 1);
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { distance_bias_test::check_arch(arch); }) >= 1);
 }

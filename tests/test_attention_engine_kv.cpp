@@ -22,6 +22,7 @@
 
 #include "support/attention_reference.hpp"
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 #include "support/heads.hpp"
 #include "support/storage16.hpp"
 
@@ -210,18 +211,10 @@ std::size_t check_every_encoding(const posenc::simd::attn_kernels& ker) {
 }
 
 template <class Arch>
-void check_arch_half(std::size_t& archs, std::size_t& compared) {
-    if (!posenc::simd::compat::cpu_supports<Arch>()) return;
-    ++archs;
+void check_arch_half(Arch, std::size_t& compared) {
     const auto ker = posenc::simd::attention_kernels_for<Arch>();
     compared += check_every_encoding<posenc::bf16>(ker);
     compared += check_every_encoding<posenc::fp16>(ker);
-}
-template <class... Archs>
-std::size_t check_half_all_archs(xsimd::arch_list<Archs...>, std::size_t& compared) {
-    std::size_t archs = 0;
-    (check_arch_half<Archs>(archs, compared), ...);
-    return archs;
 }
 
 /// A user's cacheable transform: adds `offset` to every lane (a stand-in with apply_into and shift).
@@ -247,7 +240,7 @@ using namespace engine_kv_test;
 
 TEST_CASE("attention, bf16/fp16 K and V: the float path's bits on the same values, the double reference", "[attention][engine][16bit]") {
     std::size_t compared = 0;
-    REQUIRE(check_half_all_archs(posenc::simd::dispatch_archs{}, compared) >= 1);
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [&](auto arch) { check_arch_half(arch, compared); }) >= 1);
     CHECK(compared > 2 * 10000);
 }
 

@@ -12,6 +12,7 @@
 
 #include "support/attention_reference.hpp"
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 #include "support/errors.hpp"
 #include "support/heads.hpp"
 
@@ -158,9 +159,7 @@ TEST_CASE("attention: 1, 2 and 3 threads give bit-identical output", "[attention
 
 namespace {
 template <class Arch>
-void check_arch(std::size_t& archs) {
-    if (!posenc::simd::compat::cpu_supports<Arch>()) return;
-    ++archs;
+void check_arch(Arch) {
     posenc::any_rotary rope(posenc::rope_layout::interleaved, {.head_dim = 24}, posenc::default_rope{});
     // D and Dv not multiples of 16; Dv 1, 6 and 15 under every vector width but SSE's (P·V all tail)
     for (const std::size_t Dv : {20, 1, 6, 15}) {
@@ -181,12 +180,6 @@ void check_arch(std::size_t& archs) {
         CHECK(err <= 2e-6 * vmax);
     }
 }
-template <class... Archs>
-std::size_t check_attention_archs(xsimd::arch_list<Archs...>) {
-    std::size_t archs = 0;
-    (check_arch<Archs>(archs), ...);
-    return archs;
-}
 }  // namespace
 
 namespace {
@@ -197,9 +190,7 @@ namespace {
 /// The P·V tail columns were a scalar loop whose rounding depended on the number of keys in the tile
 /// (with FMA: 6 of 8 chunk checks failed on AVX2 and AVX-512).
 template <class Arch>
-void check_chunk_equals_prefill(std::size_t& archs) {
-    if (!posenc::simd::compat::cpu_supports<Arch>()) return;
-    ++archs;
+void check_chunk_equals_prefill(Arch) {
     const std::size_t T = 150, Hq = 8, Hkv = 2, D = 32, Dv = 22;  // 22 = 16 + 6 = 2·8 + 6 = 5·4 + 2
     posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{});
     const attn_problem p = make_attn_problem(T, T, Hq, Hkv, D, Dv, 31);
@@ -231,20 +222,14 @@ void check_chunk_equals_prefill(std::size_t& archs) {
     }
     CHECK(chunks == 4);
 }
-template <class... Archs>
-std::size_t check_chunks_all(xsimd::arch_list<Archs...>) {
-    std::size_t archs = 0;
-    (check_chunk_equals_prefill<Archs>(archs), ...);
-    return archs;
-}
 }  // namespace
 
 TEST_CASE("attention: a chunk of queries gives the bits of the same rows of the whole call, on every SIMD architecture", "[attention][simd][decode]") {
-    REQUIRE(check_chunks_all(posenc::simd::dispatch_archs{}) >= 1);
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { check_chunk_equals_prefill(arch); }) >= 1);
 }
 
 TEST_CASE("attention: every SIMD architecture this CPU has equals the reference", "[attention][simd]") {
-    REQUIRE(check_attention_archs(posenc::simd::dispatch_archs{}) >= 1);
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { check_arch(arch); }) >= 1);
     INFO("dispatch picks " << posenc::simd::attention_kernels().arch);
     CHECK(std::string(posenc::simd::attention_kernels().arch) == posenc::simd::active_arch_name());
 }

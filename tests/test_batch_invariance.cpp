@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 #include "support/kernel_jobs.hpp"
 #include "support/reference.hpp"
 #include "support/sanitized.hpp"
@@ -136,15 +137,13 @@ std::size_t check_invariance(const posenc::cos_sin_table& table, const posenc::h
 }
 
 template <class T, class... Archs>
-std::size_t check_invariance_all(xsimd::arch_list<Archs...>, const posenc::head_rms_norm* norm) {
+std::size_t check_invariance_all(xsimd::arch_list<Archs...> archs, const posenc::head_rms_norm* norm) {
     const posenc::cos_sin_table table(setup().freq, 8192);
     std::size_t compared = 0;
-    (([&] {
-         if (!posenc::simd::compat::cpu_supports<Archs>()) return;
-         compared += check_invariance<posenc::half_split, Archs, T>(table, norm);
-         compared += check_invariance<posenc::interleaved, Archs, T>(table, norm);
-     }()),
-     ...);
+    posenc_test::for_each_cpu_arch(archs, [&]<class Arch>(Arch) {
+        compared += check_invariance<posenc::half_split, Arch, T>(table, norm);
+        compared += check_invariance<posenc::interleaved, Arch, T>(table, norm);
+    });
     return compared;
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 
 namespace {
 
@@ -162,23 +163,21 @@ std::size_t check(const bf16_shape& sh, bool interleaved, bool in_place, bool wi
 }
 
 template <class... Archs>
-std::size_t check_bf16_archs(xsimd::arch_list<Archs...>) {
+std::size_t check_bf16_archs(xsimd::arch_list<Archs...> archs) {
     std::size_t compared = 0;
     if (!posenc::simd::compat::cpu_supports<xsimd::fma3<xsimd::avx2>>())
         WARN("this CPU lacks AVX2: the word-pair path is not exercised here");
-    (([&] {
-         if (!posenc::simd::compat::cpu_supports<Archs>()) return;
-         // Pair steps of 2W lanes, single vectors and tails (W = 4, 8, 16), and partial rotary; on
-         // AVX-512 the rows held in registers for 1, 2 and 4 steps (64: 1 / 2, 128: 2 / 4, 32: – / 1,
-         // half-split / interleaved) and the loop where they do not fit (96: – / 3).
-         for (const bf16_shape sh : std::initializer_list<bf16_shape>{{128, 128}, {96, 96}, {64, 64}, {56, 56}, {40, 40}, {34, 34},
-                                                              {32, 32}, {16, 16}, {6, 6}, {128, 64}, {80, 48}, {256, 128}})
-             for (bool il : {false, true})
-                 for (bool in_place : {true, false})
-                     for (bool nan_row : {false, true})
-                         for (bool mixed : {false, true}) compared += check<Archs>(sh, il, in_place, nan_row, mixed);
-     }()),
-     ...);
+    posenc_test::for_each_cpu_arch(archs, [&]<class Arch>(Arch) {
+        // Pair steps of 2W lanes, single vectors and tails (W = 4, 8, 16), and partial rotary; on
+        // AVX-512 the rows held in registers for 1, 2 and 4 steps (64: 1 / 2, 128: 2 / 4, 32: – / 1,
+        // half-split / interleaved) and the loop where they do not fit (96: – / 3).
+        for (const bf16_shape sh : std::initializer_list<bf16_shape>{{128, 128}, {96, 96}, {64, 64}, {56, 56}, {40, 40}, {34, 34},
+                                                                     {32, 32}, {16, 16}, {6, 6}, {128, 64}, {80, 48}, {256, 128}})
+            for (bool il : {false, true})
+                for (bool in_place : {true, false})
+                    for (bool nan_row : {false, true})
+                        for (bool mixed : {false, true}) compared += check<Arch>(sh, il, in_place, nan_row, mixed);
+    });
     return compared;
 }
 
@@ -196,7 +195,6 @@ namespace {
 /// bits as into a dense destination, and nothing written between the destination's rows.
 template <class Arch>
 std::size_t check_strided_destination(const bf16_shape& sh, bool interleaved) {
-    if (!posenc::simd::compat::cpu_supports<Arch>()) return 0;
     constexpr std::size_t heads = 3;
     constexpr std::uint16_t sentinel = 0x1234;
     const std::size_t r = sh.rotary_dim, n = r / 2;
@@ -228,10 +226,11 @@ std::size_t check_strided_destination(const bf16_shape& sh, bool interleaved) {
 }
 
 template <class... Archs>
-std::size_t check_strided_all(xsimd::arch_list<Archs...>) {
+std::size_t check_strided_all(xsimd::arch_list<Archs...> archs) {
     std::size_t checked = 0;
     for (const bf16_shape sh : std::initializer_list<bf16_shape>{{128, 128}, {64, 64}, {32, 32}, {256, 128}, {128, 64}, {96, 96}})
-        for (bool il : {false, true}) ((checked += check_strided_destination<Archs>(sh, il)), ...);
+        for (bool il : {false, true})
+            posenc_test::for_each_cpu_arch(archs, [&]<class Arch>(Arch) { checked += check_strided_destination<Arch>(sh, il); });
     return checked;
 }
 

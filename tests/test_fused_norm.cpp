@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 #include "support/errors.hpp"
 #include "support/kernel_jobs.hpp"
 #include "support/reference.hpp"
@@ -87,22 +88,20 @@ std::size_t check_norm(std::size_t head_dim, std::size_t rotary_dim, posenc::rms
 }
 
 template <class... Archs>
-std::size_t check_norm_all(xsimd::arch_list<Archs...>) {
+std::size_t check_norm_all(xsimd::arch_list<Archs...> archs) {
     std::size_t compared = 0;
-    (([&] {
-         if (!posenc::simd::compat::cpu_supports<Archs>()) return;
-         for (auto form : {posenc::rms_weight::plain, posenc::rms_weight::offset_one}) {
-             compared += check_norm<posenc::half_split, Archs, float, float>(128, 128, form, false);
-             compared += check_norm<posenc::interleaved, Archs, float, float>(128, 128, form, false);
-             compared += check_norm<posenc::half_split, Archs, float, float>(80, 40, form, true);
-             compared += check_norm<posenc::interleaved, Archs, float, posenc::bf16>(64, 64, form, true);
-             compared += check_norm<posenc::interleaved, Archs, posenc::bf16, posenc::bf16>(128, 128, form, false);
-             compared += check_norm<posenc::half_split, Archs, posenc::bf16, posenc::bf16>(256, 256, form, false);
-             compared += check_norm<posenc::half_split, Archs, posenc::fp16, posenc::fp16>(128, 64, form, false);
-             compared += check_norm<posenc::interleaved, Archs, float, float>(22, 22, form, false);
-         }
-     }()),
-     ...);
+    posenc_test::for_each_cpu_arch(archs, [&]<class Arch>(Arch) {
+        for (auto form : {posenc::rms_weight::plain, posenc::rms_weight::offset_one}) {
+            compared += check_norm<posenc::half_split, Arch, float, float>(128, 128, form, false);
+            compared += check_norm<posenc::interleaved, Arch, float, float>(128, 128, form, false);
+            compared += check_norm<posenc::half_split, Arch, float, float>(80, 40, form, true);
+            compared += check_norm<posenc::interleaved, Arch, float, posenc::bf16>(64, 64, form, true);
+            compared += check_norm<posenc::interleaved, Arch, posenc::bf16, posenc::bf16>(128, 128, form, false);
+            compared += check_norm<posenc::half_split, Arch, posenc::bf16, posenc::bf16>(256, 256, form, false);
+            compared += check_norm<posenc::half_split, Arch, posenc::fp16, posenc::fp16>(128, 64, form, false);
+            compared += check_norm<posenc::interleaved, Arch, float, float>(22, 22, form, false);
+        }
+    });
     return compared;
 }
 }  // namespace

@@ -23,6 +23,7 @@
 #include "posenc/rope/yarn.hpp"
 #include "posenc/xpos/xpos.hpp"
 #include "support/attention_reference.hpp"
+#include "support/each_arch.hpp"
 #include "support/grad_attention_check.hpp"
 #include "support/reference.hpp"
 #include "support/sanitized.hpp"
@@ -461,9 +462,7 @@ namespace grad_attention_steps_test {
 /// dS = P·(dP − Δ)·f (with and without the row factor) and acc += Pᵀ·V read from a [query][key] block.
 /// Returns the number of values compared.
 template <class Arch>
-std::size_t check_backward_steps_on(std::size_t& archs) {
-    if (!posenc::simd::compat::cpu_supports<Arch>()) return 0;
-    ++archs;
+std::size_t check_backward_steps_on(Arch) {
     constexpr std::size_t BK = posenc::simd::attn_key_tile;
     const auto ker = posenc::simd::attention_kernels_for<Arch>();
     std::size_t compared = 0;
@@ -507,17 +506,11 @@ std::size_t check_backward_steps_on(std::size_t& archs) {
     return compared;
 }
 
-template <class... Archs>
-std::size_t check_backward_steps(xsimd::arch_list<Archs...>, std::size_t& compared) {
-    std::size_t archs = 0;
-    ((compared += check_backward_steps_on<Archs>(archs)), ...);
-    return archs;
-}
-
 }  // namespace grad_attention_steps_test
 
 TEST_CASE("attention_backward's SIMD steps on every architecture: dS and the transposed pv against double sums", "[grad]") {
     std::size_t compared = 0;
-    REQUIRE(grad_attention_steps_test::check_backward_steps(posenc::simd::dispatch_archs{}, compared) >= 1);
+    const auto check = [&](auto arch) { compared += grad_attention_steps_test::check_backward_steps_on(arch); };
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, check) >= 1);
     CHECK(compared > 2 * 5 * 64);
 }

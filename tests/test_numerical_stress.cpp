@@ -11,6 +11,7 @@
 #include <numbers>
 
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 #include "support/reference.hpp"
 
 using posenc_test::closed_form_inv_freq;
@@ -339,19 +340,16 @@ std::size_t check_poison(std::size_t d) {
 }
 
 template <class... Archs>
-std::size_t check_poison_all(xsimd::arch_list<Archs...>) {
-    std::size_t n = 0, archs = 0;
-    (([&] {
-         if (!posenc::simd::compat::cpu_supports<Archs>()) return;
-         ++archs;
-         for (std::size_t d : odd_widths) {
-             n += check_poison<posenc::half_split, Archs>(d);
-             n += check_poison<posenc::interleaved, Archs>(d);
-         }
-     }()),
-     ...);
-    CHECK(archs >= 1);
-    return n / archs;
+std::size_t check_poison_all(xsimd::arch_list<Archs...> archs) {
+    std::size_t n = 0;
+    const std::size_t ran = posenc_test::for_each_cpu_arch(archs, [&]<class Arch>(Arch) {
+        for (std::size_t d : odd_widths) {
+            n += check_poison<posenc::half_split, Arch>(d);
+            n += check_poison<posenc::interleaved, Arch>(d);
+        }
+    });
+    CHECK(ran >= 1);
+    return n / ran;
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 #include "support/reference.hpp"
 
 using posenc_test::random_floats;
@@ -239,16 +240,14 @@ void check_consecutive(std::int64_t start) {
 }
 
 template <class... Archs>
-std::size_t check_consecutive_all(xsimd::arch_list<Archs...>) {
+std::size_t check_consecutive_all(xsimd::arch_list<Archs...> archs) {
     std::size_t checked = 0;
     for (std::int64_t start : {0LL, 131000LL, 999'950LL, -77LL})
-        (([&] {
-             if (!posenc::simd::compat::cpu_supports<Archs>()) return;
-             check_consecutive<posenc::half_split, Archs>(start);
-             check_consecutive<posenc::interleaved, Archs>(start);
-             checked += 2;
-         }()),
-         ...);
+        posenc_test::for_each_cpu_arch(archs, [&]<class Arch>(Arch) {
+            check_consecutive<posenc::half_split, Arch>(start);
+            check_consecutive<posenc::interleaved, Arch>(start);
+            checked += 2;
+        });
     return checked;
 }
 }  // namespace
@@ -266,15 +265,13 @@ void check_far_positions() {
 }
 
 template <class... Archs>
-std::size_t check_far_all(xsimd::arch_list<Archs...>) {
+std::size_t check_far_all(xsimd::arch_list<Archs...> archs) {
     std::size_t checked = 0;
-    (([&] {
-         if (!posenc::simd::compat::cpu_supports<Archs>()) return;
-         check_far_positions<posenc::half_split, Archs>();
-         check_far_positions<posenc::interleaved, Archs>();
-         checked += 2;
-     }()),
-     ...);
+    posenc_test::for_each_cpu_arch(archs, [&]<class Arch>(Arch) {
+        check_far_positions<posenc::half_split, Arch>();
+        check_far_positions<posenc::interleaved, Arch>();
+        checked += 2;
+    });
     return checked;
 }
 }  // namespace

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "support/catch.hpp"
+#include "support/each_arch.hpp"
 #include "support/kernel_jobs.hpp"
 #include "support/reference.hpp"
 #include "support/storage16.hpp"
@@ -207,15 +208,13 @@ std::size_t check_kernel_rounding() {
 }
 
 template <class... Archs>
-std::size_t check_rounding_all_archs(xsimd::arch_list<Archs...>) {
+std::size_t check_rounding_all_archs(xsimd::arch_list<Archs...> archs) {
     std::size_t compared = 0;
-    (([&] {
-         if (!posenc::simd::compat::cpu_supports<Archs>()) return;
-         compared += check_kernel_rounding<posenc::half_split, Archs, posenc::bf16>();
-         compared += check_kernel_rounding<posenc::interleaved, Archs, posenc::fp16>();
-         compared += check_kernel_rounding<posenc::half_split, Archs, posenc::fp16>();
-     }()),
-     ...);
+    posenc_test::for_each_cpu_arch(archs, [&]<class Arch>(Arch) {
+        compared += check_kernel_rounding<posenc::half_split, Arch, posenc::bf16>();
+        compared += check_kernel_rounding<posenc::interleaved, Arch, posenc::fp16>();
+        compared += check_kernel_rounding<posenc::half_split, Arch, posenc::fp16>();
+    });
     return compared;
 }
 }  // namespace
