@@ -370,10 +370,11 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
                 const batch sc(a.acc_scale[r0 + i]);
                 POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] *= sc;
             }
+        const std::size_t rows_ahead = a.rows <= 2 * RB ? stream_prefetch_rows : prefetch_rows;
         for (std::size_t j = 0; j < keys; ++j) {
             const E* vr = v + j * a.v_stride + c0;
             if (c0 == 0 && r0 == 0) {
-                prefetch_row(v, j + (a.rows <= 2 * RB ? stream_prefetch_rows : prefetch_rows), a.v_stride, a.dv);
+                prefetch_row(v, j + rows_ahead, a.v_stride, a.dv);
                 prefetch_ahead(a.ahead, j);
             }
             batch vv[C];
