@@ -222,10 +222,32 @@ void check_chunk_equals_prefill(Arch) {
     }
     CHECK(chunks == 4);
 }
+
+/// A call whose last query tile holds at most 8 rows (MHA, keys not transformed: tiles of 128 tokens,
+/// then 1-8 left): those rows equal the same rows of a chunk of 10 tokens, bit for bit.
+template <class Arch>
+void check_short_last_tile(Arch) {
+    const auto kernels = posenc::simd::attention_kernels_for<Arch>();
+    const posenc::attention_encoding enc{posenc::nope{}};
+    for (const std::size_t T : {129, 133, 136}) {
+        const std::size_t H = 2, D = 32, Dv = 22, n = 10, t0 = T - n;
+        attn_problem p = make_attn_problem(T, T, H, H, D, Dv, 37);
+        std::vector<float> full(T * H * Dv), out(n * H * Dv);
+        posenc::detail::attention_on(kernels, enc, hv(p.q, T, H, D), hv(p.k, T, H, D), hv(p.v, T, H, Dv), hv(full, T, H, Dv),
+                                     p.qpos, p.kpos, posenc::causal_mask{}, {});
+        std::vector<float> qc(p.q.begin() + t0 * H * D, p.q.end());
+        const std::vector<std::int64_t> pos(p.qpos.begin() + t0, p.qpos.end());
+        posenc::detail::attention_on(kernels, enc, hv(qc, n, H, D), hv(p.k, T, H, D), hv(p.v, T, H, Dv), hv(out, n, H, Dv), pos,
+                                     p.kpos, posenc::causal_mask{}, {});
+        INFO(Arch::name() << ": " << T << " tokens, the last " << n);
+        CHECK(std::memcmp(out.data(), full.data() + t0 * H * Dv, out.size() * sizeof(float)) == 0);
+    }
+}
 }  // namespace
 
 TEST_CASE("attention: a chunk of queries gives the bits of the same rows of the whole call, on every SIMD architecture", "[attention][simd][decode]") {
     REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { check_chunk_equals_prefill(arch); }) >= 1);
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { check_short_last_tile(arch); }) >= 1);
 }
 
 TEST_CASE("attention: every SIMD architecture this CPU has equals the reference", "[attention][simd]") {

@@ -18,7 +18,7 @@
 //
 // How (FlashAttention-2's loop, on a CPU; attention/tile_loop.hpp): work items are (kv head, tile of
 // query tokens); an item holds the G = Hq/Hkv query heads of its kv head together (rows = G·tokens, at
-// most 64 or G), so K and V are read once per group. For each tile of 64 keys the mask classifies the
+// most 128 or G), so K and V are read once per group. For each tile of 64 keys the mask classifies the
 // tile from its position ranges (skipped when nothing is visible, no per-element test when everything
 // is), K's tile is widened (16-bit) and transformed into scratch (unless the transform is the identity
 // or keys_transformed), the SIMD steps (attention/kernels.hpp) form S = QKᵀ, the policies

@@ -210,6 +210,11 @@ struct attn_call {
         t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
         t.R = t.nq * sh.G;
         t.rows_pad = (t.R + simd::attn_row_block - 1) / simd::attn_row_block * simd::attn_row_block;
+        // A call whose tiles take the packed QKᵀ path gives its short last tile zero rows up to that path
+        // too (the dot-product path's sums round differently): each row's bits then do not depend on
+        // where the call's tiles end (a chunk of more than 8 rows equals the prefill rows).
+        constexpr std::size_t dot_rows = 2 * simd::attn_row_block;
+        if (sh.rows_pad > dot_rows) t.rows_pad = std::max(t.rows_pad, dot_rows + simd::attn_row_block);
         const std::size_t G = sh.G, D = sh.D;
         std::fill_n(w.q.begin(), t.rows_pad * D, 0.0f);
         for (std::size_t i = 0; i < t.nq; ++i)
