@@ -1,5 +1,6 @@
 // posenc::attention with ALiBi: the kernel adds a tile's bias terms computed once per key-query
-// distance (in double, then one rounding per score); the per-row add_to_scores path computes every
+// distance (in double, then one rounding per score; in float where every term is exactly a float,
+// which gives the same bits); the per-row add_to_scores path computes every
 // score's sum in double and rounds it once. Both must give the same bits, on every architecture, for
 // every form, order, GQA group, query order and mask (and the kernel falls back to the per-row path
 // where the distance terms would not be exact).
@@ -69,19 +70,21 @@ void check_arch(Arch) {
         for (std::size_t i = 0; i < T; ++i) shuffled[i] = 1000 + static_cast<std::int64_t>((i * 37) % T);
         for (std::size_t i = 0; i < T; ++i) huge[i] = (std::int64_t{1} << 60) + static_cast<std::int64_t>(i);
         const auto keys = posenc::position_ids::consecutive(1000, T);
-        // max_bias 5.3: slopes that are not powers of two, so that m·d is not exact in float (with
-        // 8 and these head counts it is, and a float table would give the same bits by luck).
-        for (const auto form : {posenc::alibi_form::causal, posenc::alibi_form::symmetric})
-            for (const auto order : {posenc::bias_order::scale_then_add, posenc::bias_order::add_then_scale}) {
-                const posenc::alibi params{.heads = Hq, .max_bias = 5.3, .form = form, .order = order};
-                compare<Arch>(p, params, keys, keys, posenc::causal_mask{}, "consecutive, causal mask");
-                compare<Arch>(p, params, keys, keys, posenc::no_mask{}, "consecutive, no mask");
-                compare<Arch>(p, params, shuffled, keys, posenc::no_mask{}, "shuffled queries");
-                compare<Arch>(p, params, huge, posenc::position_ids(huge), posenc::causal_mask{}, "positions past 2^60");
-                const problem one{1, T, Hq, Hkv, D, normals(Hq * D, 6), p.k, p.v};  // decode: one query
-                compare<Arch>(one, params, posenc::position_ids::consecutive(1000 + T - 1, 1), keys, posenc::causal_mask{},
-                              "decode");
-            }
+        // max_bias 5.3: slopes that are not powers of two, so that m·d is not exact in float (the terms
+        // are added in double); with 8 and these head counts it is (the terms are added in float, and
+        // must give the same bits).
+        for (const double max_bias : {5.3, 8.0})
+            for (const auto form : {posenc::alibi_form::causal, posenc::alibi_form::symmetric})
+                for (const auto order : {posenc::bias_order::scale_then_add, posenc::bias_order::add_then_scale}) {
+                    const posenc::alibi params{.heads = Hq, .max_bias = max_bias, .form = form, .order = order};
+                    compare<Arch>(p, params, keys, keys, posenc::causal_mask{}, "consecutive, causal mask");
+                    compare<Arch>(p, params, keys, keys, posenc::no_mask{}, "consecutive, no mask");
+                    compare<Arch>(p, params, shuffled, keys, posenc::no_mask{}, "shuffled queries");
+                    compare<Arch>(p, params, huge, posenc::position_ids(huge), posenc::causal_mask{}, "positions past 2^60");
+                    const problem one{1, T, Hq, Hkv, D, normals(Hq * D, 6), p.k, p.v};  // decode: one query
+                    compare<Arch>(one, params, posenc::position_ids::consecutive(1000 + T - 1, 1), keys, posenc::causal_mask{},
+                                  "decode");
+                }
     }
 }
 

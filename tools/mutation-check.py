@@ -293,6 +293,8 @@ MUTANTS = [
      "fp16 K/V read as bf16"),
     ("attention/kernels_convert.hpp", "f(a.factor ? a.factor[r] : 1.0f);", "f(1.0f);",
      "backward: dS's row factor (the logit scale) dropped"),
+    ("attention/tile_loop.hpp", "    return exact;\n}", "    return true;\n}",
+     "ALiBi terms added in float also where they are not exact floats"),
     ("attention/tile_loop.hpp", "if (sh.rows_pad > dot_rows) t.rows_pad", "if (false) t.rows_pad",
      "a short last query tile takes the dot-product QK path (its rows' bits depend on the tiling)"),
     ("attention/kernels.hpp", "return Tr ? a.p[j * BK + r] : a.p[r * BK + j];", "return a.p[r * BK + j];",

@@ -126,10 +126,13 @@ struct attn_narrow_args {
 
 /// s[j] = float(double(s[j]) + terms[j]) for j < n: one rounding of a double sum per score (a bias
 /// whose terms a caller computed in double, e.g. one that depends on the key-query distance only).
+/// terms_f (optional): the same terms as floats, given only where each is exactly terms[j]; the sum
+/// is then taken in float, with the same bits (tile_loop.hpp's terms_as_floats).
 struct attn_add_terms_args {
     float* s = nullptr;
     const double* terms = nullptr;
     std::size_t n = 0;
+    const float* terms_f = nullptr;
 };
 
 /// The backward's gradient of the logits, for r < rows and every j < attn_key_tile:

@@ -105,9 +105,15 @@ struct attention_convert_steps {
     }
 
     /// A plain loop the compiler vectorises at Arch's width: float → double, one add, double → float
-    /// (no product, so no contraction can change the rounding on any architecture).
+    /// (no product, so no contraction can change the rounding on any architecture); with terms exact
+    /// in float, one float add (the same bits, without the conversions).
     static void add_terms(const attn_add_terms_args& a) noexcept {
         float* s = a.s;
+        if (a.terms_f) {
+            const float* tf = a.terms_f;
+            for (std::size_t j = 0; j < a.n; ++j) s[j] += tf[j];
+            return;
+        }
         const double* t = a.terms;
         for (std::size_t j = 0; j < a.n; ++j) s[j] = static_cast<float>(static_cast<double>(s[j]) + t[j]);
     }

@@ -129,6 +129,21 @@ bool distance_terms(const Bias& bias, std::size_t hk, std::size_t G, std::size_t
     }
 }
 
+/// out ← terms (G heads of len at stride) as floats, and whether each was exactly a float (ALiBi's
+/// power-of-two slopes times an integer distance are). Then s + t in float gives the bits of
+/// float(double(s) + t): the exact sum of two floats rounded once either way, or, where their exponents
+/// lie more than 29 apart so that the double sum is rounded first, the larger operand both ways.
+inline bool terms_as_floats(const double* terms, std::size_t G, std::size_t stride, std::size_t len, float* out) noexcept {
+    bool exact = true;
+    for (std::size_t g = 0; g < G && exact; ++g)
+        for (std::size_t x = 0; x < len; ++x) {
+            const double d = terms[g * stride + x];
+            out[g * stride + x] = static_cast<float>(d);
+            exact &= static_cast<double>(out[g * stride + x]) == d;
+        }
+    return exact;
+}
+
 /// 64-byte aligned floats left uninitialised (a split call's states: each is written before it is read).
 class uninitialized_floats {
 public:
@@ -164,12 +179,14 @@ struct attn_scratch {
     std::vector<std::size_t> row_keys;
     std::size_t terms_stride;  // a distance bias's terms per head: a tile's keys + its query span
     std::vector<double> terms;
+    std::vector<float> terms_f;  // the same terms as floats where each is exactly one (terms_as_floats)
     attn_scratch(const attn_shape& sh, bool key_copy, bool value_copy)
         : q(sh.rows_pad * sh.D), kt(sh.D * simd::attn_key_tile), s(sh.rows_pad * simd::attn_key_tile),
           acc(sh.rows_pad * sh.acc_stride), krot(key_copy ? simd::attn_key_tile * sh.D : 0),
           vbuf(value_copy || sh.rows_pad > 2 * simd::attn_row_block ? simd::attn_key_tile * sh.Dv : 0), total_acc(sh.rows_pad * sh.acc_stride), m(sh.rows_pad),
           l(sh.rows_pad), alpha(sh.rows_pad), scale(sh.tile_tokens), row_scale(sh.rows_pad), total_m(sh.rows_pad), total_l(sh.rows_pad),
-          row_keys(sh.rows_pad), terms_stride(simd::attn_key_tile + sh.tile_tokens), terms(sh.G * terms_stride) {}
+          row_keys(sh.rows_pad), terms_stride(simd::attn_key_tile + sh.tile_tokens), terms(sh.G * terms_stride),
+          terms_f(sh.G * terms_stride) {}
     [[nodiscard]] attn_state segment() noexcept { return {m.data(), l.data(), acc.data()}; }
     [[nodiscard]] attn_state total() noexcept { return {total_m.data(), total_l.data(), total_acc.data()}; }
 };
@@ -303,6 +320,9 @@ struct attn_call {
                     add_then_scale ? nullptr : w.row_scale.data(), ktype, v_ahead, row_keys});
 
             const bool by_distance = fill_distance_terms(t, ks, w);
+            const bool float_terms =
+                by_distance && terms_as_floats(w.terms.data(), G, w.terms_stride, nk + static_cast<std::size_t>(t.q_hi - t.q_lo),
+                                               w.terms_f.data());
             for (std::size_t r = 0; r < R; ++r) {
                 const std::size_t i = r / G, head = hk * G + r % G;
                 const std::int64_t qp = t.qs[i];
@@ -310,10 +330,12 @@ struct attn_call {
                 const std::span<float> row(srow, nk);
                 const std::span<const float> qrow(w.q.data() + r * D, D);
                 const float sc = w.scale[i];
-                if (by_distance)  // row r's distances start at k_lo − qp, entry q_hi − qp of its head's terms
-                    ker.add_terms({srow, w.terms.data() + (r % G) * w.terms_stride + static_cast<std::size_t>(t.q_hi - qp), nk});
-                else
+                if (by_distance) {  // row r's distances start at k_lo − qp, entry q_hi − qp of its head's terms
+                    const std::size_t at = (r % G) * w.terms_stride + static_cast<std::size_t>(t.q_hi - qp);
+                    ker.add_terms({srow, w.terms.data() + at, nk, float_terms ? w.terms_f.data() + at : nullptr});
+                } else {
                     add_bias_to_scores(enc.bias, head, qp, ks, row, qrow);
+                }
                 if (add_then_scale)
                     for (std::size_t j = 0; j < nk; ++j) srow[j] *= sc;
                 if (vis == tile_visibility::partial) {
