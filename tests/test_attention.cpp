@@ -331,8 +331,8 @@ TEST_CASE("attention at T = 1000 and packed sequences", "[attention]") {
 }
 
 TEST_CASE("attention: sliding windows and chunks wider than a key tile", "[attention][mask]") {
-    // Windows and chunks of 64 (one key tile), 65, 100 and 200 over 300 tokens (5 key tiles, 19 query
-    // tiles of GQA 4:1): tiles the mask hides whole, sees whole and cuts through, at an offset that is
+    // Windows and chunks of 64 (one key tile), 65, 100 and 200 over 300 tokens (5 key tiles, 5 query
+    // tiles of 64 tokens, GQA 4:1): tiles the mask hides whole, sees whole and cuts through, at an offset that is
     // not a multiple of the tile, in prefill and for the last 7 queries alone (decode-like).
     const std::size_t D = 32, T = 300;
     posenc::any_rotary rope(posenc::rope_layout::interleaved, {.head_dim = D}, posenc::default_rope{});

@@ -17,6 +17,7 @@
 
 #include "support/catch.hpp"
 #include "support/each_arch.hpp"
+#include "support/storage16.hpp"
 
 namespace row_keys_test {
 
@@ -37,15 +38,12 @@ std::vector<std::size_t> random_row_keys(std::mt19937& rng, std::size_t rows, st
     return ends;
 }
 
-/// Rows given as floats, stored in `type` (16-bit ones rounded once) for a step to read.
+/// Rows given as floats, stored in `type` (16-bit ones rounded once: posenc_test::to_storage) for a
+/// step to read.
 class kv_rows {
 public:
-    kv_rows(const std::vector<float>& x, posenc::dtype type) : type_(type), f32_(x) {
-        for (float f : x) {
-            bf16_.push_back(posenc::bf16(f));
-            fp16_.push_back(posenc::fp16(f));
-        }
-    }
+    kv_rows(const std::vector<float>& x, posenc::dtype type)
+        : type_(type), f32_(x), bf16_(posenc_test::to_storage<posenc::bf16>(x)), fp16_(posenc_test::to_storage<posenc::fp16>(x)) {}
     [[nodiscard]] const void* data() const {
         if (type_ == posenc::dtype::bf16) return bf16_.data();
         if (type_ == posenc::dtype::fp16) return fp16_.data();
