@@ -7,6 +7,7 @@
 #include <posenc/attention/attention.hpp>
 #include <posenc/posenc.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -88,9 +89,64 @@ void check_arch(Arch) {
     }
 }
 
+/// Tiles whose terms are exact for some heads or distances only: the float path must not be taken
+/// on a check of part of the tile.
+template <class Arch>
+void check_mixed_tiles(Arch) {
+    const std::size_t T = 150, D = 24;
+    for (const auto order : {posenc::bias_order::scale_then_add, posenc::bias_order::add_then_scale}) {
+        // 12 heads at max_bias 8: heads 0-7 have power-of-two slopes, heads 8-11 have 2^-0.5 times
+        // one; with 2 kv heads, group 1 (heads 6-11) mixes both.
+        const problem mixed_heads{T, T, 12, 2, D, normals(T * 12 * D, 7), normals(T * 2 * D, 8), normals(T * 2 * D, 9)};
+        const auto keys = posenc::position_ids::consecutive(1000, T);
+        compare<Arch>(mixed_heads, posenc::alibi{.heads = 12, .max_bias = 8.0, .order = order}, keys, keys,
+                      posenc::causal_mask{}, "heads of exact and inexact slopes in one group");
+        // Distances near 2^25: a power-of-two slope times d is exact only where d's odd part is below
+        // 2^24, so a tile mixes exact and inexact terms (and the scores lie ~25 binades below them).
+        const problem far{T, T, 8, 2, D, normals(T * 8 * D, 10), normals(T * 2 * D, 11), normals(T * 2 * D, 12)};
+        compare<Arch>(far, posenc::alibi{.heads = 8, .max_bias = 8.0, .order = order},
+                      posenc::position_ids::consecutive(1000 + (std::int64_t{1} << 25), T), keys, posenc::no_mask{},
+                      "distances near 2^25");
+    }
+}
+
 }  // namespace distance_bias_test
+
+TEST_CASE("attention with ALiBi: terms_as_floats is true only when every term of every head is a float",
+          "[attention][alibi]") {
+    constexpr std::size_t G = 3, stride = 40, len = 37;
+    std::vector<double> terms(G * stride, 0.0);
+    const auto fill = [&](double slope, std::int64_t first_distance) {
+        for (std::size_t g = 0; g < G; ++g)
+            for (std::size_t x = 0; x < len; ++x)
+                terms[g * stride + x] = -slope * static_cast<double>(first_distance + static_cast<std::int64_t>(x));
+    };
+    std::vector<float> out(G * stride, 0.0f);
+    fill(0.125, -18);  // 2^-3 times small integers: all exact
+    REQUIRE(posenc::detail::terms_as_floats(terms.data(), G, stride, len, out.data()));
+    for (std::size_t g = 0; g < G; ++g)
+        for (std::size_t x = 0; x < len; ++x) CHECK(static_cast<double>(out[g * stride + x]) == terms[g * stride + x]);
+    // One inexact term anywhere (last head, last distance; first head, first distance) makes it false.
+    for (const std::size_t at : {(G - 1) * stride + len - 1, std::size_t{0}, stride + len / 2}) {
+        fill(0.125, -18);
+        terms[at] = 0.1;
+        INFO("inexact term at " << at);
+        CHECK_FALSE(posenc::detail::terms_as_floats(terms.data(), G, stride, len, out.data()));
+    }
+    fill(std::exp2(-0.5), 1);  // a slope that is not a power of two
+    CHECK_FALSE(posenc::detail::terms_as_floats(terms.data(), G, stride, len, out.data()));
+    fill(0.125, (std::int64_t{1} << 25) + 1);  // odd distances past 2^24
+    CHECK_FALSE(posenc::detail::terms_as_floats(terms.data(), G, stride, len, out.data()));
+    // Entries between len and stride are not terms: an inexact value there changes nothing.
+    fill(0.125, -18);
+    terms[stride - 1] = 0.1;
+    CHECK(posenc::detail::terms_as_floats(terms.data(), G, stride, len, out.data()));
+}
 
 TEST_CASE("attention with ALiBi: the per-distance bias terms give the per-row bias's bits on every architecture",
           "[attention][alibi]") {
-    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { distance_bias_test::check_arch(arch); }) >= 1);
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) {
+                distance_bias_test::check_arch(arch);
+                distance_bias_test::check_mixed_tiles(arch);
+            }) >= 1);
 }

@@ -295,6 +295,10 @@ MUTANTS = [
      "backward: dS's row factor (the logit scale) dropped"),
     ("attention/tile_loop.hpp", "    return exact;\n}", "    return true;\n}",
      "ALiBi terms added in float also where they are not exact floats"),
+    ("attention/tile_loop.hpp", "for (std::size_t g = 0; g < G && exact; ++g)", "for (std::size_t g = 0; g < 1 && exact; ++g)",
+     "ALiBi terms in float: only the group's first head checked for exactness"),
+    ("attention/kernels_convert.hpp", "for (std::size_t j = 0; j < a.n; ++j) s[j] += tf[j];",
+     "for (std::size_t j = 0; j < a.n; ++j) s[j] -= tf[j];", "ALiBi terms in float subtracted"),
     ("attention/tile_loop.hpp", "if (sh.rows_pad > dot_rows) t.rows_pad", "if (false) t.rows_pad",
      "a short last query tile takes the dot-product QK path (its rows' bits depend on the tiling)"),
     ("attention/kernels.hpp", "return Tr ? a.p[j * BK + r] : a.p[r * BK + j];", "return a.p[r * BK + j];",
@@ -317,7 +321,7 @@ GROUPS = {
     "other": ["test_sinusoidal", "test_xpos", "test_nope", "test_encodings_readme"],
     "hf": ["test_hf_config"],
     "attention": ["test_attention", "test_attention_properties", "test_kv_cache", "test_hardening_attention",
-                  "test_attention_engine_kv", "test_attention_nonfinite"],
+                  "test_attention_engine_kv", "test_attention_nonfinite", "test_attention_distance_bias"],
     "engine": ["test_storage16", "test_out_of_place", "test_batch_invariance", "test_fused_norm", "test_bf16_exact"],
 }
 

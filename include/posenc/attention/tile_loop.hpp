@@ -129,10 +129,10 @@ bool distance_terms(const Bias& bias, std::size_t hk, std::size_t G, std::size_t
     }
 }
 
-/// out ← terms (G heads of len at stride) as floats, and whether each was exactly a float (ALiBi's
-/// power-of-two slopes times an integer distance are). Then s + t in float gives the bits of
-/// float(double(s) + t): the exact sum of two floats rounded once either way, or, where their exponents
-/// lie more than 29 apart so that the double sum is rounded first, the larger operand both ways.
+/// Whether every term (G heads of len at stride) is exactly a float, as a power-of-two slope times a
+/// distance whose odd part is below 2^24 is; out holds the terms as floats only where it returns true.
+/// Then s + t in float gives the bits of float(double(s) + t): double rounding is harmless for a sum
+/// of two floats, since double has more than 2·24 + 1 significant bits.
 inline bool terms_as_floats(const double* terms, std::size_t G, std::size_t stride, std::size_t len, float* out) noexcept {
     bool exact = true;
     for (std::size_t g = 0; g < G && exact; ++g)
