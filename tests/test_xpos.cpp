@@ -55,11 +55,11 @@ std::vector<double> run_one(const posenc::xpos_rotary<Layout>& xp, const std::ve
 }
 
 template <class Layout>
-void closed_form(std::size_t head_dim, std::size_t rotary_dim, std::int64_t center) {
+void closed_form(std::size_t head_dim, std::size_t rotary_dim, std::int64_t center,
+                 const std::vector<std::int64_t>& positions = {0, 1, 7, 100, 3000, -50, 20000}) {
     constexpr bool inter = std::is_same_v<Layout, posenc::interleaved>;
     const posenc::xpos_rotary<Layout> xp({.head_dim = head_dim, .rotary_dim = rotary_dim}, posenc::xpos{.center = center});
     const reference_xpos ref{.rotary_dim = rotary_dim, .interleaved = inter, .center = center};
-    const std::vector<std::int64_t> positions{0, 1, 7, 100, 3000, -50, 20000};
     const std::size_t heads = 3, tokens = positions.size();
     const auto q0 = posenc_test::random_floats(tokens * heads * head_dim, 21u);
     const auto k0 = posenc_test::random_floats(tokens * heads * head_dim, 22u);
@@ -132,6 +132,12 @@ TEST_CASE("xPos rotates and scales queries and keys as the closed form", "[xpos]
         closed_form<posenc::interleaved>(64, 64, center);
         closed_form<posenc::half_split>(48, 32, center);
         closed_form<posenc::interleaved>(48, 32, center);
+        // More tokens than one block of rows (the rows are computed 4096 floats at a time: 64 tokens
+        // at rotary_dim 64, 16 at 256), positions out of order.
+        std::vector<std::int64_t> many(150);
+        for (std::size_t t = 0; t < many.size(); ++t) many[t] = static_cast<std::int64_t>((t * 37) % 150) * 40 - 1000;
+        closed_form<posenc::half_split>(64, 64, center, many);
+        closed_form<posenc::interleaved>(256, 256, center, many);
     }
 }
 

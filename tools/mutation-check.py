@@ -299,6 +299,8 @@ MUTANTS = [
      "ALiBi terms in float: only the group's first head checked for exactness"),
     ("attention/kernels_convert.hpp", "for (std::size_t j = 0; j < a.n; ++j) s[j] += tf[j];",
      "for (std::size_t j = 0; j < a.n; ++j) s[j] -= tf[j];", "ALiBi terms in float subtracted"),
+    ("xpos/xpos.hpp", "simd::rotate_args a = detail::slice(args, b, e);", "simd::rotate_args a = detail::slice(args, 0, e - b);",
+     "xPos: every block of rows rotates the call's first tokens"),
     ("attention/tile_loop.hpp", "if (sh.rows_pad > dot_rows) t.rows_pad", "if (false) t.rows_pad",
      "a short last query tile takes the dot-product QK path (its rows' bits depend on the tiling)"),
     ("attention/kernels.hpp", "return Tr ? a.p[j * BK + r] : a.p[r * BK + j];", "return a.p[r * BK + j];",

@@ -31,6 +31,7 @@
 // cos·scale / sin·scale rounded once to float, and the rotation runs through the same backend as
 // rotary (detail::rotate_job with per-token rows).
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
@@ -111,24 +112,9 @@ public:
     /// Per-token rows [cos·scale | sin·scale] (rotary_dim/2 each), tokens × rotary_dim floats: what
     /// apply() rotates with. Throws range_error if a scale leaves the normal float range.
     [[nodiscard]] std::vector<float> rows(const position_ids& pos, xpos_role role) const {
-        const std::size_t n = dims_.pairs();
-        std::vector<float> out(pos.size() * 2 * n);
-        for (std::size_t t = 0; t < pos.size(); ++t) {
-            const std::int64_t p = pos[t];
-            const double e = exponent(p, role);
-            float* c = out.data() + t * 2 * n;
-            float* s = c + n;
-            for (std::size_t i = 0; i < n; ++i) {
-                const double sc = std::exp(e * log_zeta_[i]);
-                if (!(sc >= static_cast<double>(FLT_MIN) && sc <= static_cast<double>(FLT_MAX)))
-                    throw range_error("posenc: xPos scale at position " + detail::to_text(p) + " (center " +
-                                      detail::to_text(params_.center) + ") is " + detail::to_text(sc) +
-                                      ", outside the float range; choose a center near the middle of the positions");
-                const double a = detail::reduce_angle(static_cast<double>(p) * inv_freq_[i]);
-                c[i] = static_cast<float>(sc * std::cos(a));
-                s[i] = static_cast<float>(sc * std::sin(a));
-            }
-        }
+        require_scales(pos, role);
+        std::vector<float> out(pos.size() * dims_.rotary());
+        fill_rows(pos, 0, pos.size(), role, out.data());
         return out;
     }
 
@@ -165,10 +151,10 @@ public:
     template <storage_type T>
     void apply(heads_view<T> q, heads_view<T> k, const position_ids& pos) const {
         detail::require_in_place_views(q, k, pos.size(), dims_.head_dim, "q");
-        const auto q_rows = q.empty() ? std::vector<float>{} : rows(pos, xpos_role::query);
-        const auto k_rows = k.empty() ? std::vector<float>{} : rows(pos, xpos_role::key);
-        execute(detail::job_view::in_place(q), pos, q_rows);
-        execute(detail::job_view::in_place(k), pos, k_rows);
+        if (!q.empty()) require_scales(pos, xpos_role::query);
+        if (!k.empty()) require_scales(pos, xpos_role::key);
+        execute(detail::job_view::in_place(q), pos, xpos_role::query);
+        execute(detail::job_view::in_place(k), pos, xpos_role::key);
     }
     void apply(heads_view<float> q, heads_view<float> k, const position_ids& pos) const { apply<float>(q, k, pos); }
 
@@ -192,7 +178,8 @@ private:
     void run(const detail::job_view& jv, const heads_view<T>& x, const position_ids& pos, xpos_role role) const {
         require_view(x, role == xpos_role::query ? "q" : "k", pos.size());
         if (x.empty()) return;
-        execute(jv, pos, rows(pos, role));
+        require_scales(pos, role);
+        execute(jv, pos, role);
     }
 
     template <class S, class D>
@@ -201,17 +188,67 @@ private:
         require_view(s, detail::single_view.src, pos.size());
         detail::require_out_of_place(s, dst, detail::single_view);
         if (s.empty()) return;
-        execute(detail::job_view::out_of_place(s, dst), pos, rows(pos, role));
+        require_scales(pos, role);
+        execute(detail::job_view::out_of_place(s, dst), pos, role);
     }
 
-    void execute(const detail::job_view& x, const position_ids& pos, const std::vector<float>& rows) const {
+    /// Throws range_error if some scale at these positions is not a normal float. A scale is monotonic
+    /// in the position for each pair, so the lowest and the highest position decide.
+    void require_scales(const position_ids& pos, xpos_role role) const {
+        if (pos.size() == 0) return;
+        const auto [a, b] = pos.bounds();
+        for (const std::int64_t p : {std::min(a, b), std::max(a, b)})
+            for (const double lz : log_zeta_) {
+                const double sc = std::exp(exponent(p, role) * lz);
+                if (!(sc >= static_cast<double>(FLT_MIN) && sc <= static_cast<double>(FLT_MAX)))
+                    throw range_error("posenc: xPos scale at position " + detail::to_text(p) + " (center " +
+                                      detail::to_text(params_.center) + ") is " + detail::to_text(sc) +
+                                      ", outside the float range; choose a center near the middle of the positions");
+            }
+    }
+
+    /// The rows of tokens [begin, end) into out (require_scales has passed).
+    void fill_rows(const position_ids& pos, std::size_t begin, std::size_t end, xpos_role role, float* out) const {
+        const std::size_t n = dims_.pairs();
+        for (std::size_t t = begin; t < end; ++t) {
+            const std::int64_t p = pos[t];
+            const double e = exponent(p, role);
+            float* c = out + (t - begin) * 2 * n;
+            float* s = c + n;
+            for (std::size_t i = 0; i < n; ++i) {
+                const double sc = std::exp(e * log_zeta_[i]);
+                const double a = detail::reduce_angle(static_cast<double>(p) * inv_freq_[i]);
+                c[i] = static_cast<float>(sc * std::cos(a));
+                s[i] = static_cast<float>(sc * std::sin(a));
+            }
+        }
+    }
+
+    /// Rotates x by blocks of tokens whose rows fit a buffer on the stack: a call (attention makes one
+    /// per tile) allocates nothing, whatever its length.
+    void execute(const detail::job_view& x, const position_ids& pos, xpos_role role) const {
         if (x.empty()) return;
         detail::rotate_job job;
         job.views = {x, {}};
         job.positions = pos;
         job.rotary_dim = dims_.rotary();
-        job.rows = rows.data();
-        detail::run<Layout>(job, 1);  // SIMD kernels; the rows carry the decay
+        if (!detail::simd_can_run(job)) {  // rows wider than the SIMD kernels take: the scalar path
+            const std::vector<float> r = rows(pos, role);
+            job.rows = r.data();
+            return detail::run_scalar<Layout>(job);
+        }
+        constexpr std::size_t buffer_floats = 4096;  // 16 KiB, ≥ one row of simd::max_rotary_dim
+        static_assert(buffer_floats >= simd::max_rotary_dim);
+        alignas(64) float buffer[buffer_floats];
+        const std::size_t block = buffer_floats / job.rotary_dim;
+        const simd::rotate_args args = detail::to_args<Layout>(job);
+        for (std::size_t b = 0; b < pos.size(); b += block) {
+            const std::size_t e = std::min(pos.size(), b + block);
+            fill_rows(pos, b, e, role, buffer);
+            simd::rotate_args a = detail::slice(args, b, e);
+            a.rows = buffer;  // the rows carry the decay
+            simd::rotate(a);
+        }
     }
 
     rope_dims dims_;
