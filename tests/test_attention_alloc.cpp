@@ -1,7 +1,7 @@
 // attention's extra memory is O(tile), independent of the sequence length: this translation unit
 // replaces the global operator new (for the whole test program; it only counts while a counter is
 // armed; every form is replaced so that new and delete always pair, also under AddressSanitizer) and
-// compares the allocations of T = 1024 and T = 8192 (and the backward's with Shaw's tables, T = 256
+// compares the allocations of T = 1024 and T = 8192 for every transform and bias kind (and the backward's with Shaw's tables, T = 256
 // and 2048). The one-token rotary call's none is counted here too (the program's only counting
 // operator new).
 #include <posenc/attention/attention.hpp>
@@ -76,16 +76,15 @@ struct usage {
     std::size_t count, bytes;
 };
 
-// RoPE (K tiles rotated in scratch) with a sliding window (so that T = 8192 stays quick), GQA 4:1.
-usage measure(std::size_t T) {
-    const std::size_t D = 32;
-    const auto p = posenc_test::make_attn_problem(T, T, 4, 1, D, D, 3);
-    std::vector<float> q = p.q, k = p.k, v = p.v, out(T * 4 * D);
-    posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{});
-    const posenc::attention_encoding enc{rope, posenc::alibi_bias({.heads = 4})};
+// With a sliding window (so that T = 8192 stays quick), 4 query heads over Hkv kv heads.
+template <class Enc>
+usage measure(const Enc& enc, std::size_t T, std::size_t Hkv, std::size_t D) {
+    const std::size_t Hq = 4;
+    const auto p = posenc_test::make_attn_problem(T, T, Hq, Hkv, D, D, 3);
+    std::vector<float> q = p.q, k = p.k, v = p.v, out(T * Hq * D);
     const auto pos = posenc::position_ids::consecutive(0, T);
-    posenc::heads_view<float> Q(std::span<float>(q), {T, 4, D}), K(std::span<float>(k), {T, 1, D}),
-        V(std::span<float>(v), {T, 1, D}), O(std::span<float>(out), {T, 4, D});
+    posenc::heads_view<float> Q(std::span<float>(q), {T, Hq, D}), K(std::span<float>(k), {T, Hkv, D}),
+        V(std::span<float>(v), {T, Hkv, D}), O(std::span<float>(out), {T, Hq, D});
     count = 0;
     bytes = 0;
     armed = true;
@@ -93,16 +92,37 @@ usage measure(std::size_t T) {
     armed = false;
     return {count.load(), bytes.load()};
 }
-}  // namespace
 
-TEST_CASE("attention allocates no more for T = 8192 than for T = 1024", "[attention][memory]") {
-    const usage small = measure(1024), large = measure(8192);
-    INFO("T=1024: " << small.count << " allocations, " << small.bytes << " bytes; T=8192: " << large.count << ", "
-                    << large.bytes);
+template <class Enc>
+void check_tile_memory(const char* what, const Enc& enc, std::size_t Hkv, std::size_t D, std::size_t bound) {
+    const usage small = measure(enc, 1024, Hkv, D), large = measure(enc, 8192, Hkv, D);
+    INFO(what << ": T=1024: " << small.count << " allocations, " << small.bytes << " bytes; T=8192: " << large.count
+              << ", " << large.bytes);
     CHECK(small.count > 0);  // the counter sees the kernel's scratch
     CHECK(large.count <= small.count);
     CHECK(large.bytes <= small.bytes);
-    CHECK(small.bytes < 200 * 1024);  // O(tile): Q, K, S, accumulator tiles
+    CHECK(small.bytes < bound);  // O(tile)
+}
+}  // namespace
+
+TEST_CASE("attention allocates no more for T = 8192 than for T = 1024", "[attention][memory]") {
+    // GQA 4:1 with RoPE: K tiles rotated in scratch, query tiles of 64 tokens; Q, K, S and accumulator
+    // tiles at D 32 stay under 200 KiB.
+    posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = 32}, posenc::default_rope{});
+    const posenc::alibi_bias alibi({.heads = 4});
+    check_tile_memory("rope, alibi, GQA 4:1", posenc::attention_encoding{rope, alibi}, 1, 32, 200 * 1024);
+    // MHA at D 64: query tiles of 128 rows (the largest per-thread scratch), every transform and bias
+    // kind (each is called per tile), under 400 KiB.
+    const std::size_t D = 64, bound = 400 * 1024;
+    check_tile_memory("nope, alibi", posenc::attention_encoding{posenc::nope{}, alibi}, 4, D, bound);
+    const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, posenc::xpos{});
+    check_tile_memory("xpos", posenc::attention_encoding{xp}, 4, D, bound);
+    const std::vector<float> table(32 * 4, 0.125f);
+    const posenc::t5_bias t5({.num_buckets = 32, .max_distance = 20, .bidirectional = false}, 4, table);
+    check_tile_memory("t5", posenc::attention_encoding{posenc::nope{}, t5, posenc::fixed_scale{1.0}}, 4, D, bound);
+    const std::vector<float> ak(7 * D, 0.01f), av(7 * D, 0.02f);
+    const posenc::shaw_rpr shaw({.max_distance = 3}, ak, D, av, D);
+    check_tile_memory("shaw", posenc::attention_encoding{posenc::nope{}, shaw}, 4, D, bound);
 }
 
 namespace {

@@ -118,12 +118,13 @@ void check_shapes(const heads_view<const float>& q, const heads_view<const KV>& 
                   const heads_view<float>& out, const position_ids& qpos, const position_ids& kpos,
                   std::size_t transform_head_dim) {
     require(q.tokens() == qpos.size(), "q.tokens", q.tokens(),
-            "must equal the number of query positions = " + to_text(qpos.size()));
+            [&] { return "must equal the number of query positions = " + to_text(qpos.size()); });
     require(k.tokens() == kpos.size(), "k.tokens", k.tokens(),
-            "must equal the number of key positions = " + to_text(kpos.size()));
+            [&] { return "must equal the number of key positions = " + to_text(kpos.size()); });
     require(v.tokens() == kpos.size(), "v.tokens", v.tokens(),
-            "must equal the number of key positions = " + to_text(kpos.size()));
-    require(out.tokens() == q.tokens(), "out.tokens", out.tokens(), "must equal q.tokens = " + to_text(q.tokens()));
+            [&] { return "must equal the number of key positions = " + to_text(kpos.size()); });
+    require(out.tokens() == q.tokens(), "out.tokens", out.tokens(),
+            [&] { return "must equal q.tokens = " + to_text(q.tokens()); });
     if (q.head_dim() != k.head_dim()) {  // the transform's width, where it has one, says which is wrong
         const bool q_wrong = transform_head_dim != 0 && k.head_dim() == transform_head_dim;
         if (q_wrong)
@@ -143,8 +144,9 @@ void check_shapes(const heads_view<const float>& q, const heads_view<const KV>& 
         throw config_error("v.heads", to_text(v.heads()), "must equal k.heads = " + to_text(k.heads()));
     }
     require(divides(k.heads(), q.heads()), "q.heads", q.heads(),
-            "must be a multiple of k.heads = v.heads = " + to_text(k.heads()));
-    require(out.head_dim() == v.head_dim(), "out.head_dim", out.head_dim(), "must equal v.head_dim = " + to_text(v.head_dim()));
+            [&] { return "must be a multiple of k.heads = v.heads = " + to_text(k.heads()); });
+    require(out.head_dim() == v.head_dim(), "out.head_dim", out.head_dim(),
+            [&] { return "must equal v.head_dim = " + to_text(v.head_dim()); });
 }
 
 template <class T>
@@ -161,17 +163,20 @@ void check_attention(const Enc& enc, const heads_view<const float>& q, const hea
                      const position_ids& kpos, const Mask& mask, const attention_options& opt) {
     mask.validate();
     check_shapes(q, k, v, out, qpos, kpos, transform_head_dim(enc.transform));
-    require(opt.sinks.empty() || opt.sinks.size() == q.heads(), "sinks", "of " + to_text(opt.sinks.size()) + " values",
-            "needs one per query head = " + to_text(q.heads()));
+    require(opt.sinks.empty() || opt.sinks.size() == q.heads(), "sinks",
+            [&] { return "of " + to_text(opt.sinks.size()) + " values"; },
+            [&] { return "needs one per query head = " + to_text(q.heads()); });
     for (float s : opt.sinks) require(std::isfinite(s), "sinks", s, "must be finite");
     require(std::isfinite(opt.softcap) && opt.softcap >= 0.0f, "softcap", opt.softcap, "must be finite and >= 0");
     require(opt.query_sequence.empty() == opt.key_sequence.empty(), "query_sequence",
-            "of " + to_text(opt.query_sequence.size()) + " ids", "and key_sequence must be given together");
+            [&] { return "of " + to_text(opt.query_sequence.size()) + " ids"; }, "and key_sequence must be given together");
     if (!opt.query_sequence.empty()) {
-        require(opt.query_sequence.size() == q.tokens(), "query_sequence", "of " + to_text(opt.query_sequence.size()) + " ids",
-                "needs one per query = " + to_text(q.tokens()));
-        require(opt.key_sequence.size() == k.tokens(), "key_sequence", "of " + to_text(opt.key_sequence.size()) + " ids",
-                "needs one per key = " + to_text(k.tokens()));
+        require(opt.query_sequence.size() == q.tokens(), "query_sequence",
+                [&] { return "of " + to_text(opt.query_sequence.size()) + " ids"; },
+                [&] { return "needs one per query = " + to_text(q.tokens()); });
+        require(opt.key_sequence.size() == k.tokens(), "key_sequence",
+                [&] { return "of " + to_text(opt.key_sequence.size()) + " ids"; },
+                [&] { return "needs one per key = " + to_text(k.tokens()); });
     }
     require(!views_overlap(out, q), "out", "view", "overlaps q");
     require(!views_overlap(out, k), "out", "view", "overlaps k");

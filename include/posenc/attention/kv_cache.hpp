@@ -389,7 +389,7 @@ void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view
                const Mask& mask = {}, attention_options options = {}) {
     detail::require_cache_transform(enc.transform, cache.transform());
     detail::require(q.head_dim() == cache.head_dim(), "q.head_dim", q.head_dim(),
-                    "must equal the cache's head_dim = " + detail::to_text(cache.head_dim()));
+                    [&] { return "must equal the cache's head_dim = " + detail::to_text(cache.head_dim()); });
     options.keys_transformed = true;
     attention(enc, q, cache.keys(), cache.values(), out, q_positions, cache.positions(), mask, options);
 }

@@ -274,8 +274,9 @@ private:
     [[nodiscard]] std::size_t value_dim() const noexcept { return shape_.value_dim ? shape_.value_dim : shape_.head_dim; }
 
     void check_sinks(std::span<const float> sinks) const {
-        detail::require(sinks.empty() || sinks.size() == shape_.heads, "sinks", "of " + detail::to_text(sinks.size()) + " values",
-                        "needs one per query head = " + detail::to_text(shape_.heads));
+        detail::require(sinks.empty() || sinks.size() == shape_.heads, "sinks",
+                        [&] { return "of " + detail::to_text(sinks.size()) + " values"; },
+                        [&] { return "needs one per query head = " + detail::to_text(shape_.heads); });
         for (float s : sinks) detail::require(std::isfinite(s), "sinks", s, "must be finite");
     }
     static void check_softcap(float softcap) {
@@ -284,9 +285,10 @@ private:
 
     // What the layer knows beyond attention's own checks: its head count and whether it needs sinks.
     void check_queries(const heads_view<const float>& q) const {
-        detail::require(q.heads() == shape_.heads, "q.heads", q.heads(), "must equal the layer's heads = " + detail::to_text(shape_.heads));
+        detail::require(q.heads() == shape_.heads, "q.heads", q.heads(),
+                        [&] { return "must equal the layer's heads = " + detail::to_text(shape_.heads); });
         detail::require(q.head_dim() == shape_.head_dim, "q.head_dim", q.head_dim(),
-                        "must equal the layer's head_dim = " + detail::to_text(shape_.head_dim));
+                        [&] { return "must equal the layer's head_dim = " + detail::to_text(shape_.head_dim); });
         if (opt_.needs_sinks && opt_.sinks.empty())
             throw config_error("sinks", "none", "this layer has learned sink logits: set_sinks with one per query head = " +
                                                     detail::to_text(shape_.heads));
@@ -303,7 +305,7 @@ private:
         detail::require(shape_.heads > 0, "heads", shape_.heads, "must be > 0");
         detail::require(shape_.kv_heads > 0, "kv_heads", shape_.kv_heads, "must be > 0");
         detail::require(shape_.heads % shape_.kv_heads == 0, "kv_heads", shape_.kv_heads,
-                        "must divide heads = " + detail::to_text(shape_.heads));
+                        [&] { return "must divide heads = " + detail::to_text(shape_.heads); });
         detail::require(shape_.head_dim > 0, "head_dim", shape_.head_dim, "must be > 0");
         detail::require(shape_.capacity > 0, "capacity", shape_.capacity, "must be > 0");
         mask_.validate();

@@ -59,10 +59,10 @@ template <class Enc, class KV, attention_mask Mask>
 void attention_partial_checked(const Enc& enc, heads_view<const float> q, heads_view<const KV> k, heads_view<const KV> v,
                                heads_view<float> out, std::span<float> lse, const position_ids& qpos,
                                const position_ids& kpos, const Mask& mask, const attention_options& opt) {
-    require(opt.sinks.empty(), "sinks", "of " + to_text(opt.sinks.size()) + " values",
+    require(opt.sinks.empty(), "sinks", [&] { return "of " + to_text(opt.sinks.size()) + " values"; },
             "belong to merge_attention_partials, which adds each once (a part's lse covers its keys only)");
-    require(lse.size() == q.tokens() * q.heads(), "lse", "of " + to_text(lse.size()) + " values",
-            "needs one per query row = q.tokens * q.heads = " + to_text(q.tokens() * q.heads()));
+    require(lse.size() == q.tokens() * q.heads(), "lse", [&] { return "of " + to_text(lse.size()) + " values"; },
+            [&] { return "needs one per query row = q.tokens * q.heads = " + to_text(q.tokens() * q.heads()); });
     const std::span<const float> l(lse.data(), lse.size());
     require(!spans_overlap(std::as_bytes(l), view_bytes(out)), "lse", "span", "overlaps out");
     require(!spans_overlap(std::as_bytes(l), view_bytes(q)), "lse", "span", "overlaps q");
@@ -104,7 +104,7 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
                        const position_ids& q_positions, const Mask& mask = {}, attention_options options = {}) {
     detail::require_cache_transform(enc.transform, cache.transform());
     detail::require(q.head_dim() == cache.head_dim(), "q.head_dim", q.head_dim(),
-                    "must equal the cache's head_dim = " + detail::to_text(cache.head_dim()));
+                    [&] { return "must equal the cache's head_dim = " + detail::to_text(cache.head_dim()); });
     options.keys_transformed = true;
     detail::attention_partial_checked<attention_encoding<Transform, Bias, Scale>, Storage>(
         enc, q, cache.keys(), cache.values(), out, lse, q_positions, cache.positions(), mask, options);
@@ -120,10 +120,10 @@ inline void merge_attention_partials(std::span<const attention_part> parts, head
     using detail::to_text;
     const std::size_t T = out.tokens(), H = out.heads(), Dv = out.head_dim(), rows = T * H;
     require(!parts.empty(), "parts", "empty", "needs at least one partial result");
-    require(lse.empty() || lse.size() == rows, "lse", "of " + to_text(lse.size()) + " values",
-            "needs one per row of out = " + to_text(rows) + " (or none)");
-    require(sinks.empty() || sinks.size() == H, "sinks", "of " + to_text(sinks.size()) + " values",
-            "needs one per head of out = " + to_text(H));
+    require(lse.empty() || lse.size() == rows, "lse", [&] { return "of " + to_text(lse.size()) + " values"; },
+            [&] { return "needs one per row of out = " + to_text(rows) + " (or none)"; });
+    require(sinks.empty() || sinks.size() == H, "sinks", [&] { return "of " + to_text(sinks.size()) + " values"; },
+            [&] { return "needs one per head of out = " + to_text(H); });
     for (float s : sinks) require(std::isfinite(s), "sinks", s, "must be finite");
     const std::span<const float> lse_out(lse.data(), lse.size());
     require(!detail::spans_overlap(std::as_bytes(lse_out), detail::view_bytes(out)), "lse", "span", "overlaps out");
@@ -136,18 +136,21 @@ inline void merge_attention_partials(std::span<const attention_part> parts, head
             throw config_error(name + ".out shape",
                                to_text(p.out.tokens()) + "x" + to_text(p.out.heads()) + "x" + to_text(p.out.head_dim()),
                                "must equal out's " + to_text(T) + "x" + to_text(H) + "x" + to_text(Dv));
-        require(p.lse.size() == rows, name + ".lse", "of " + to_text(p.lse.size()) + " values",
-                "needs one per row of out = " + to_text(rows));
+        require(p.lse.size() == rows, [&] { return name + ".lse"; },
+                [&] { return "of " + to_text(p.lse.size()) + " values"; },
+                [&] { return "needs one per row of out = " + to_text(rows); });
         const bool same_out = p.out.data() == out.data() && p.out.token_stride() == out.token_stride() &&
                               p.out.head_stride() == out.head_stride();
-        require(same_out || !detail::spans_overlap(detail::view_bytes(p.out), detail::view_bytes(out)), name + ".out",
+        require(same_out || !detail::spans_overlap(detail::view_bytes(p.out), detail::view_bytes(out)),
+                [&] { return name + ".out"; },
                 "view", "overlaps out without being out itself");
-        require(!detail::spans_overlap(std::as_bytes(p.lse), detail::view_bytes(out)), name + ".lse", "span", "overlaps out");
+        require(!detail::spans_overlap(std::as_bytes(p.lse), detail::view_bytes(out)), [&] { return name + ".lse"; }, "span",
+                "overlaps out");
         const bool same_lse = p.lse.data() == lse.data() && p.lse.size() == lse.size();
-        require(same_lse || !detail::spans_overlap(p.lse, lse_out), name + ".lse", "span",
+        require(same_lse || !detail::spans_overlap(p.lse, lse_out), [&] { return name + ".lse"; }, "span",
                 "overlaps lse without being lse itself");
         require(!detail::spans_overlap(std::as_bytes(lse_out), detail::view_bytes(p.out)), "lse", "span",
-                "overlaps " + name + ".out");
+                [&] { return "overlaps " + name + ".out"; });
     }
     constexpr double ninf = -std::numeric_limits<double>::infinity();
     std::vector<double> acc(Dv), w(parts.size());

@@ -41,10 +41,10 @@ public:
         detail::require(head_dim > 0, "head_dim", head_dim, "must be > 0");
         detail::require(value_dim > 0, "value_dim", value_dim, "must be > 0");
         const std::size_t rows = static_cast<std::size_t>(2 * k_ + 1);
-        detail::require(ak_.size() == rows * d_, "a_k", "of " + detail::to_text(ak_.size()) + " values",
-                        "needs (2·max_distance + 1)·head_dim = " + detail::to_text(rows * d_));
-        detail::require(av_.size() == rows * dv_, "a_v", "of " + detail::to_text(av_.size()) + " values",
-                        "needs (2·max_distance + 1)·value_dim = " + detail::to_text(rows * dv_));
+        detail::require(ak_.size() == rows * d_, "a_k", [&] { return "of " + detail::to_text(ak_.size()) + " values"; },
+                        [&] { return "needs (2·max_distance + 1)·head_dim = " + detail::to_text(rows * d_); });
+        detail::require(av_.size() == rows * dv_, "a_v", [&] { return "of " + detail::to_text(av_.size()) + " values"; },
+                        [&] { return "needs (2·max_distance + 1)·value_dim = " + detail::to_text(rows * dv_); });
     }
 
     [[nodiscard]] bias_order order() const noexcept { return bias_order::add_then_scale; }
@@ -63,8 +63,10 @@ public:
     }
 
     void check_shape(std::size_t /*heads*/, std::size_t head_dim, std::size_t value_dim) const {
-        detail::require(head_dim == d_, "head_dim", head_dim, "must equal the Shaw a^K width " + detail::to_text(d_));
-        detail::require(value_dim == dv_, "value_dim", value_dim, "must equal the Shaw a^V width " + detail::to_text(dv_));
+        detail::require(head_dim == d_, "head_dim", head_dim,
+                        [&] { return "must equal the Shaw a^K width " + detail::to_text(d_); });
+        detail::require(value_dim == dv_, "value_dim", value_dim,
+                        [&] { return "must equal the Shaw a^V width " + detail::to_text(dv_); });
     }
 
     /// scores[j] += query·a^K_{clip(keys[j] − query_pos)}; one dot product per run of equal rows

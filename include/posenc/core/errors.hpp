@@ -102,5 +102,24 @@ void require(bool ok, std::string_view key, const T& value, std::string_view why
     if (!ok) throw config_error(std::string(key), to_text(value), why);
 }
 
+/// A part of the message as text: a callable's result, or the part itself.
+template <class S>
+decltype(auto) message_part(const S& s) {
+    if constexpr (std::is_invocable_v<const S&>)
+        return s();
+    else if constexpr (std::is_convertible_v<const S&, std::string_view>)
+        return std::string_view(s);
+    else
+        return to_text(s);
+}
+
+/// The same check with parts built by concatenation passed as callables: they are built only when the
+/// check fails, so that checks made per call or per tile allocate nothing.
+template <class Key, class T, class Why>
+    requires(std::is_invocable_v<const Key&> || std::is_invocable_v<const T&> || std::is_invocable_v<const Why&>)
+void require(bool ok, const Key& key, const T& value, const Why& why) {
+    if (!ok) throw config_error(message_part(key), message_part(value), message_part(why));
+}
+
 }  // namespace detail
 }  // namespace posenc

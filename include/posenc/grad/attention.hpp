@@ -99,8 +99,8 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
     require_grad_shape("dq", dq.tokens(), dq.heads(), dq.head_dim(), Tq, Hq, D, "q");
     require_grad_shape("dk", dk.tokens(), dk.heads(), dk.head_dim(), Tk, Hkv, D, "k");
     require_grad_shape("dv", dv.tokens(), dv.heads(), dv.head_dim(), Tk, Hkv, Dv, "v");
-    require(lse.size() == Tq * Hq, "lse", "of " + to_text(lse.size()) + " values",
-            "needs one per query row = q.tokens * q.heads = " + to_text(Tq * Hq));
+    require(lse.size() == Tq * Hq, "lse", [&] { return "of " + to_text(lse.size()) + " values"; },
+            [&] { return "needs one per query row = q.tokens * q.heads = " + to_text(Tq * Hq); });
     // Outputs against every input and each other.
     const std::span<const std::byte> inputs[] = {view_bytes(q), view_bytes(k), view_bytes(v), view_bytes(out),
                                                  view_bytes(dout), std::as_bytes(lse)};
@@ -112,15 +112,18 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
                                   "param_grads.shaw_values", "param_grads.sinks"};
     for (std::size_t a = 0; a < std::size(outputs); ++a) {
         for (std::size_t b = 0; b < std::size(inputs); ++b)
-            require(!spans_overlap(outputs[a], inputs[b]), output_names[a], "view", std::string("overlaps ") + input_names[b]);
+            require(!spans_overlap(outputs[a], inputs[b]), output_names[a], "view",
+                    [&] { return std::string("overlaps ") + input_names[b]; });
         for (std::size_t b = a + 1; b < std::size(outputs); ++b)
-            require(!spans_overlap(outputs[a], outputs[b]), output_names[a], "view", std::string("overlaps ") + output_names[b]);
+            require(!spans_overlap(outputs[a], outputs[b]), output_names[a], "view",
+                    [&] { return std::string("overlaps ") + output_names[b]; });
     }
     if (!pg.bias_table.empty()) {
         if constexpr (is_t5_bias<bias_type>) {
             const std::size_t n = static_cast<std::size_t>(enc.bias.buckets().num_buckets) * enc.bias.heads();
-            require(pg.bias_table.size() == n, "param_grads.bias_table", "of " + to_text(pg.bias_table.size()) + " values",
-                    "needs num_buckets × heads = " + to_text(n));
+            require(pg.bias_table.size() == n, "param_grads.bias_table",
+                    [&] { return "of " + to_text(pg.bias_table.size()) + " values"; },
+                    [&] { return "needs num_buckets × heads = " + to_text(n); });
         } else {
             throw config_error("param_grads.bias_table", "of " + to_text(pg.bias_table.size()) + " values",
                                "must be empty: the bias (" + std::string(bias_type::name) + ") has no table");
@@ -130,20 +133,21 @@ void attention_backward_checked(const Enc& enc, heads_view<const float> q, heads
         if constexpr (is_shaw_bias<bias_type>) {
             const auto rows = static_cast<std::size_t>(2 * enc.bias.max_distance() + 1);
             require(pg.shaw_keys.empty() || pg.shaw_keys.size() == rows * D, "param_grads.shaw_keys",
-                    "of " + to_text(pg.shaw_keys.size()) + " values", "needs (2·max_distance + 1)·head_dim = " + to_text(rows * D));
+                    [&] { return "of " + to_text(pg.shaw_keys.size()) + " values"; },
+                    [&] { return "needs (2·max_distance + 1)·head_dim = " + to_text(rows * D); });
             require(pg.shaw_values.empty() || pg.shaw_values.size() == rows * Dv, "param_grads.shaw_values",
-                    "of " + to_text(pg.shaw_values.size()) + " values",
-                    "needs (2·max_distance + 1)·value_dim = " + to_text(rows * Dv));
+                    [&] { return "of " + to_text(pg.shaw_values.size()) + " values"; },
+                    [&] { return "needs (2·max_distance + 1)·value_dim = " + to_text(rows * Dv); });
         } else {
             throw config_error(pg.shaw_keys.empty() ? "param_grads.shaw_values" : "param_grads.shaw_keys", "non-empty",
                                "must be empty: the bias (" + std::string(bias_type::name) + ") is not Shaw's");
         }
     }
     if (!pg.sinks.empty()) {
-        require(!opt.sinks.empty(), "param_grads.sinks", "of " + to_text(pg.sinks.size()) + " values",
+        require(!opt.sinks.empty(), "param_grads.sinks", [&] { return "of " + to_text(pg.sinks.size()) + " values"; },
                 "must be empty when options.sinks is");
-        require(pg.sinks.size() == Hq, "param_grads.sinks", "of " + to_text(pg.sinks.size()) + " values",
-                "needs one per query head = " + to_text(Hq));
+        require(pg.sinks.size() == Hq, "param_grads.sinks", [&] { return "of " + to_text(pg.sinks.size()) + " values"; },
+                [&] { return "needs one per query head = " + to_text(Hq); });
     }
 
     // Every check has passed: compute.

@@ -39,8 +39,8 @@ namespace detail {
 
 inline void require_tokens(const heads_view<float>& v, std::string_view name, std::size_t tokens) {
     if (absent(v)) return;
-    require(v.tokens() == tokens, std::string(name) + ".tokens", v.tokens(),
-            "must equal the number of positions = " + to_text(tokens));
+    require(v.tokens() == tokens, [&] { return std::string(name) + ".tokens"; }, v.tokens(),
+            [&] { return "must equal the number of positions = " + to_text(tokens); });
 }
 
 }  // namespace detail
