@@ -68,6 +68,30 @@ struct arch_ops {
             return xsimd::fnma(x, y, z);
     }
 
+    /// cos and sin of n·π/2 + r from cos r and sin r, with q = n mod 4 in each lane's low bits: odd q
+    /// swaps them, bit 1 of q negates sin, bit 1 of q + 1 (bit 1 xor bit 0) negates cos.
+    static void quadrant(const xsimd::batch<std::int64_t, Arch>& q, const dbatch& cos_r, const dbatch& sin_r, dbatch& c,
+                         dbatch& s) noexcept {
+#if defined(__AVX512F__)
+        if constexpr (is_avx512) {  // the bits as masks: two tests, two blends, two masked sign flips
+            const __mmask8 odd = _mm512_test_epi64_mask(q, _mm512_set1_epi64(1));
+            const __mmask8 s_neg = _mm512_test_epi64_mask(q, _mm512_set1_epi64(2));
+            const auto c_neg = static_cast<__mmask8>(s_neg ^ odd);
+            const __m512i sign = _mm512_set1_epi64(INT64_MIN);
+            const __m512i cv = _mm512_castpd_si512(_mm512_mask_blend_pd(odd, cos_r, sin_r));
+            const __m512i sv = _mm512_castpd_si512(_mm512_mask_blend_pd(odd, sin_r, cos_r));
+            c = _mm512_castsi512_pd(_mm512_mask_xor_epi64(cv, c_neg, cv, sign));
+            s = _mm512_castsi512_pd(_mm512_mask_xor_epi64(sv, s_neg, sv, sign));
+            return;
+        }
+#endif
+        using ibatch = xsimd::batch<std::int64_t, Arch>;
+        const dbatch sign(-0.0);
+        const auto odd = xsimd::bitwise_cast<dbatch>((q << 63) | ibatch(0x3ff0000000000000)) < dbatch(0.0);  // ±1
+        c = xsimd::select(odd, sin_r, cos_r) ^ (xsimd::bitwise_cast<dbatch>((q + ibatch(1)) << 62) & sign);
+        s = xsimd::select(odd, cos_r, sin_r) ^ (xsimd::bitwise_cast<dbatch>(q << 62) & sign);
+    }
+
     /// (lo's lanes, hi's lanes) rounded to float (to nearest even, as static_cast), in registers.
     static fbatch narrow(const dbatch& lo, const dbatch& hi) noexcept {
 #if defined(__AVX512F__)

@@ -166,15 +166,8 @@ struct cos_sin_rows : lane_io<Arch> {
         cs = ops::fma(z * z, cs, ops::fnma(dbatch(0.5), z, dbatch(1.0)));
         // angle = n·π/2 + r: q = n mod 4 = 1 gives (cos, sin) = (−sin r, cos r), q = 2 (−cos r, −sin r),
         // q = 3 (sin r, −cos r). q is the low two bits of n + 1.5·2⁵² (exact for |n| < 2⁵¹; 1.5·2⁵²
-        // is a multiple of 4, so negative n wrap as they should): odd q swaps, bit 1 negates sin, and
-        // bit 1 of q + 1 negates cos.
-        const ibatch q = xsimd::bitwise_cast<ibatch>(n + dbatch(0x1.8p52));
-        const dbatch sign(-0.0);
-        const auto odd = xsimd::bitwise_cast<dbatch>((q << 63) | ibatch(0x3ff0000000000000)) < dbatch(0.0);  // ±1
-        const dbatch s_flip = xsimd::bitwise_cast<dbatch>(q << 62) & sign;
-        const dbatch c_flip = xsimd::bitwise_cast<dbatch>((q + ibatch(1)) << 62) & sign;
-        c = xsimd::select(odd, sn, cs) ^ c_flip;
-        s = xsimd::select(odd, cs, sn) ^ s_flip;
+        // is a multiple of 4, so negative n wrap as they should).
+        ops::quadrant(xsimd::bitwise_cast<ibatch>(n + dbatch(0x1.8p52)), cs, sn, c, s);
         if constexpr (Scaled) {
             c *= amp;
             s *= amp;
