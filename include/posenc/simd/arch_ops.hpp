@@ -7,7 +7,9 @@
 //  - loads that widen float / bf16 / fp16 to a float batch, stores that round a float batch to the
 //    storage type (round to nearest even): F16C for fp16 on AVX2/AVX-512, integer shift + rounding
 //    for bf16, a per-lane conversion elsewhere.
-// Only arch-templated code here (the COMDAT rule, docs/simd-and-precision.md).
+//  - narrowing, pair shuffles, and the cos/sin rows' quadrant step (as masks on AVX-512).
+// Only arch-templated code here (the COMDAT rule, docs/simd-and-precision.md). Some 450 lines: a list
+// of small independent primitives, each with its architectures' branches side by side.
 
 #include <cstddef>
 #include <cstdint>
