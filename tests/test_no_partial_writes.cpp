@@ -151,6 +151,14 @@ std::size_t check_xpos_rejections() {
     w.template reject<RE>("apply: both scales out of range", [&] { xp.apply(b.qv, b.kv, both_fail); });
     w.template reject<RE>("apply_keys: scale out of range", [&] { xp.apply_keys(b.kv, key_scale_fails); });
     w.template reject<RE>("apply_queries: scale out of range", [&] { xp.apply_queries(b.qv, both_fail); });
+    // Positions and a center near the int64 limits: p − c saturates instead of wrapping, so a bad
+    // position between the lowest and the highest is still found by the check at both ends.
+    const posenc::xpos_rotary<Layout> far_center({.head_dim = D, .rotary_dim = R},
+                                                 posenc::xpos{.center = std::numeric_limits<std::int64_t>::min() + 4});
+    const std::vector<std::int64_t> extremes{std::numeric_limits<std::int64_t>::min(), 0, 1, 2,
+                                             std::numeric_limits<std::int64_t>::max()};
+    w.template reject<RE>("apply: positions at the int64 limits", [&] { far_center.apply(b.qv, b.kv, extremes); });
+    w.template reject<RE>("apply_keys: positions at the int64 limits", [&] { far_center.apply_keys(b.kv, extremes); });
     w.template reject<CE>("apply: q head_dim", [&] { xp.apply(b.q_wide, b.kv, ok); });
     w.template reject<CE>("apply: k tokens", [&] { xp.apply(b.qv, b.k_short, ok); });
     w.template reject<CE>("apply: tokens vs positions", [&] { xp.apply(b.qv, b.kv, six); });
@@ -163,8 +171,8 @@ std::size_t check_xpos_rejections() {
 }  // namespace
 
 TEST_CASE("xpos_rotary: every rejected call leaves Q and K byte-identical", "[errors][partial]") {
-    CHECK(check_xpos_rejections<posenc::half_split>() == 9);
-    CHECK(check_xpos_rejections<posenc::interleaved>() == 9);
+    CHECK(check_xpos_rejections<posenc::half_split>() == 11);
+    CHECK(check_xpos_rejections<posenc::interleaved>() == 11);
 }
 
 TEST_CASE("alibi_bias and t5_bias add_to_scores: rejected calls leave the scores byte-identical", "[errors][partial]") {

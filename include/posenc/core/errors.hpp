@@ -98,6 +98,7 @@ std::string to_text(T value) {
 }
 
 template <class T>
+    requires(!std::is_invocable_v<const T&>)
 void require(bool ok, std::string_view key, const T& value, std::string_view why) {
     if (!ok) throw config_error(std::string(key), to_text(value), why);
 }

@@ -164,8 +164,12 @@ private:
         return d;
     }
 
+    /// pos − center saturates at the int64 limits (no overflow, still monotonic in pos, so that the
+    /// range check at the lowest and highest position covers every position).
     [[nodiscard]] double exponent(std::int64_t pos, xpos_role role) const noexcept {
-        const double e = static_cast<double>(pos - params_.center) / params_.scale_base;
+        std::int64_t d = 0;
+        if (__builtin_sub_overflow(pos, params_.center, &d)) d = pos > params_.center ? INT64_MAX : INT64_MIN;
+        const double e = static_cast<double>(d) / params_.scale_base;
         return role == xpos_role::query ? e : -e;
     }
 
@@ -196,8 +200,8 @@ private:
     /// in the position for each pair, so the lowest and the highest position decide.
     void require_scales(const position_ids& pos, xpos_role role) const {
         if (pos.size() == 0) return;
-        const auto [a, b] = pos.bounds();
-        for (const std::int64_t p : {std::min(a, b), std::max(a, b)})
+        const auto [lo, hi] = pos.bounds();
+        for (const std::int64_t p : {lo, hi})
             for (const double lz : log_zeta_) {
                 const double sc = std::exp(exponent(p, role) * lz);
                 if (!(sc >= static_cast<double>(FLT_MIN) && sc <= static_cast<double>(FLT_MAX)))
