@@ -19,6 +19,7 @@
 
 #include "support/attention_reference.hpp"
 #include "support/catch.hpp"
+#include "support/storage16.hpp"
 
 namespace {
 std::atomic<bool> armed{false};
@@ -76,32 +77,66 @@ struct usage {
     std::size_t count, bytes;
 };
 
-// With a sliding window (so that T = 8192 stays quick), 4 query heads over Hkv kv heads.
-template <class Enc>
-usage measure(const Enc& enc, std::size_t T, std::size_t Hkv, std::size_t D) {
+/// The allocations of call(Q, K, V, O, positions) over T tokens, 4 query heads over Hkv kv heads
+/// stored as KV; the calls use a sliding window so that T = 8192 stays quick.
+template <class KV, class Call>
+usage measure(const Call& call, std::size_t T, std::size_t Hkv, std::size_t D) {
     const std::size_t Hq = 4;
     const auto p = posenc_test::make_attn_problem(T, T, Hq, Hkv, D, D, 3);
-    std::vector<float> q = p.q, k = p.k, v = p.v, out(T * Hq * D);
+    std::vector<float> q = p.q, out(T * Hq * D);
+    const std::vector<KV> k = posenc_test::to_storage<KV>(p.k), v = posenc_test::to_storage<KV>(p.v);
     const auto pos = posenc::position_ids::consecutive(0, T);
-    posenc::heads_view<float> Q(std::span<float>(q), {T, Hq, D}), K(std::span<float>(k), {T, Hkv, D}),
-        V(std::span<float>(v), {T, Hkv, D}), O(std::span<float>(out), {T, Hq, D});
+    const posenc::heads_view<const float> Q(q.data(), {T, Hq, D});
+    const posenc::heads_view<const KV> K(k.data(), {T, Hkv, D}), V(v.data(), {T, Hkv, D});
+    const posenc::heads_view<float> O(std::span<float>(out), {T, Hq, D});
     count = 0;
     bytes = 0;
     armed = true;
-    posenc::attention(enc, Q, K, V, O, pos, pos, posenc::sliding_window_mask{.window = 200});
+    call(Q, K, V, O, pos);
     armed = false;
     return {count.load(), bytes.load()};
 }
 
+/// posenc::attention with `enc` and a sliding window, as a call for measure.
 template <class Enc>
-void check_tile_memory(const char* what, const Enc& enc, std::size_t Hkv, std::size_t D, std::size_t bound) {
-    const usage small = measure(enc, 1024, Hkv, D), large = measure(enc, 8192, Hkv, D);
+auto windowed(const Enc& enc) {
+    return [&enc](const auto& Q, const auto& K, const auto& V, const auto& O, const posenc::position_ids& pos) {
+        posenc::attention(enc, Q, K, V, O, pos, pos, posenc::sliding_window_mask{.window = 200});
+    };
+}
+
+void check_flat(const char* what, const usage& small, const usage& large, std::size_t bound) {
     INFO(what << ": T=1024: " << small.count << " allocations, " << small.bytes << " bytes; T=8192: " << large.count
               << ", " << large.bytes);
     CHECK(small.count > 0);  // the counter sees the kernel's scratch
     CHECK(large.count <= small.count);
     CHECK(large.bytes <= small.bytes);
     CHECK(small.bytes < bound);  // O(tile)
+}
+
+template <class KV = float, class Call>
+void check_tile_memory(const char* what, const Call& call, std::size_t Hkv, std::size_t D, std::size_t bound) {
+    check_flat(what, measure<KV>(call, 1024, Hkv, D), measure<KV>(call, 8192, Hkv, D), bound);
+}
+
+/// 64 queries at the end of a bf16 kv_cache of T tokens (filled before counting starts).
+usage measure_cache(std::size_t T) {
+    const std::size_t Hq = 4, Hkv = 2, D = 64, Tq = 64;
+    const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+    const auto p = posenc_test::make_attn_problem(Tq, T, Hq, Hkv, D, D, 5);
+    posenc::kv_cache<posenc::rotary<posenc::half_split>, posenc::bf16> cache(
+        rope, posenc::kv_cache_shape{.kv_heads = Hkv, .head_dim = D, .capacity = T});
+    cache.append(posenc::heads_view<const float>(p.k.data(), {T, Hkv, D}),
+                 posenc::heads_view<const float>(p.v.data(), {T, Hkv, D}), posenc::position_ids::consecutive(0, T));
+    std::vector<float> out(Tq * Hq * D);
+    count = 0;
+    bytes = 0;
+    armed = true;
+    posenc::attention(posenc::attention_encoding{rope}, posenc::heads_view<const float>(p.q.data(), {Tq, Hq, D}), cache,
+                      posenc::heads_view<float>(std::span<float>(out), {Tq, Hq, D}),
+                      posenc::position_ids::consecutive(static_cast<std::int64_t>(T - Tq), Tq), posenc::causal_mask{});
+    armed = false;
+    return {count.load(), bytes.load()};
 }
 }  // namespace
 
@@ -112,22 +147,42 @@ TEST_CASE("attention allocates no more for T = 8192 than for T = 1024", "[attent
     // GQA 4:1 with RoPE: K tiles rotated in scratch, query tiles of 64 tokens.
     posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = 32}, posenc::default_rope{});
     const posenc::alibi_bias alibi({.heads = 4});
-    check_tile_memory("any_rotary, alibi, GQA 4:1", posenc::attention_encoding{rope, alibi}, 1, 32, bound);
+    const posenc::attention_encoding rope_alibi{rope, alibi};
+    check_tile_memory("any_rotary, alibi, GQA 4:1", windowed(rope_alibi), 1, 32, bound);
     // MHA at D 64, query tiles of 128 rows: every transform and bias kind (each is called per tile).
     const std::size_t D = 64;
-    check_tile_memory("nope, alibi", posenc::attention_encoding{posenc::nope{}, alibi}, 4, D, bound);
+    const posenc::attention_encoding nope_alibi{posenc::nope{}, alibi};
+    check_tile_memory("nope, alibi", windowed(nope_alibi), 4, D, bound);
     const posenc::rotary<posenc::interleaved> typed({.head_dim = D}, posenc::yarn{.factor = 4, .original_max_position = 2048});
-    check_tile_memory("rotary<interleaved>, YaRN", posenc::attention_encoding{typed}, 4, D, bound);
+    const posenc::attention_encoding typed_enc{typed};
+    check_tile_memory("rotary<interleaved>, YaRN", windowed(typed_enc), 4, D, bound);
+    check_tile_memory<posenc::bf16>("rotary<interleaved>, bf16 K/V", windowed(typed_enc), 4, D, bound);
+    check_tile_memory<posenc::fp16>("rotary<interleaved>, fp16 K/V", windowed(typed_enc), 4, D, bound);
     const auto table = typed.table(8192);
-    check_tile_memory("table_transform", posenc::attention_encoding{posenc::table_transform{typed, table}}, 4, D, bound);
+    const posenc::attention_encoding table_enc{posenc::table_transform{typed, table}};
+    check_tile_memory("table_transform", windowed(table_enc), 4, D, bound);
     const posenc::xpos_rotary<posenc::half_split> xp({.head_dim = D}, posenc::xpos{});
-    check_tile_memory("xpos", posenc::attention_encoding{xp}, 4, D, bound);
+    const posenc::attention_encoding xpos_enc{xp};
+    check_tile_memory("xpos", windowed(xpos_enc), 4, D, bound);
     const std::vector<float> t5_table(32 * 4, 0.125f);
     const posenc::t5_bias t5({.num_buckets = 32, .max_distance = 20, .bidirectional = false}, 4, t5_table);
-    check_tile_memory("t5", posenc::attention_encoding{posenc::nope{}, t5, posenc::fixed_scale{1.0}}, 4, D, bound);
+    const posenc::attention_encoding t5_enc{posenc::nope{}, t5, posenc::fixed_scale{1.0}};
+    check_tile_memory("t5", windowed(t5_enc), 4, D, bound);
     const std::vector<float> ak(7 * D, 0.01f), av(7 * D, 0.02f);
     const posenc::shaw_rpr shaw({.max_distance = 3}, ak, D, av, D);
-    check_tile_memory("shaw", posenc::attention_encoding{posenc::nope{}, shaw}, 4, D, bound);
+    const posenc::attention_encoding shaw_enc{posenc::nope{}, shaw};
+    check_tile_memory("shaw", windowed(shaw_enc), 4, D, bound);
+    // The partial form (out and the log-sum-exp of each row, a buffer made before counting starts).
+    std::vector<float> lse(8192 * 4);
+    check_tile_memory(
+        "attention_partial",
+        [&](const auto& Q, const auto& K, const auto& V, const auto& O, const posenc::position_ids& pos) {
+            posenc::attention_partial(shaw_enc, Q, K, V, O, std::span<float>(lse.data(), Q.tokens() * Q.heads()), pos, pos,
+                                      posenc::sliding_window_mask{.window = 200});
+        },
+        4, D, bound);
+    // A bf16 kv_cache: 64 queries against its T tokens.
+    check_flat("kv_cache<bf16>", measure_cache(1024), measure_cache(8192), bound);
 }
 
 namespace {
