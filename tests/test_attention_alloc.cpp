@@ -185,6 +185,41 @@ TEST_CASE("attention allocates no more for T = 8192 than for T = 1024", "[attent
     check_flat("kv_cache<bf16>", measure_cache(1024), measure_cache(8192), bound);
 }
 
+TEST_CASE("attention on several threads allocates no more for longer sequences", "[attention][memory][threads]") {
+    // The caller's executor runs the threads' work inline, so that what is counted is posenc's own
+    // scratch (per thread, per wave of key segments), not a thread library's.
+    const posenc::executor inline_pool = [](std::size_t n, const std::function<void(std::size_t)>& task) {
+        for (std::size_t i = 0; i < n; ++i) task(i);
+    };
+    const std::size_t bound = 256 * 1024;
+    posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = 32}, posenc::default_rope{});
+    const posenc::alibi_bias alibi({.heads = 4});
+    const posenc::attention_encoding rope_alibi{rope, alibi};
+    const std::vector<float> sinks{0.5f, -1.0f, 0.25f, 2.0f};
+    // Prefill: (kv head, query tile) items on 2 threads, with sinks and soft-capping (each thread has
+    // its own tiles' scratch: twice the one-thread bound).
+    check_tile_memory(
+        "2 threads, sinks, softcap",
+        [&](const auto& Q, const auto& K, const auto& V, const auto& O, const posenc::position_ids& pos) {
+            posenc::attention(rope_alibi, Q, K, V, O, pos, pos, posenc::sliding_window_mask{.window = 200},
+                              {.softcap = 30.0f, .sinks = sinks, .threads = 2, .min_fmas_per_thread = 0, .executor = inline_pool});
+        },
+        1, 32, 2 * bound);
+    // Split-KV decode: the last query over all T keys, one item split into key segments of 1024, run in
+    // waves of 4 · threads segments. From T = 8192 on every wave is full, so the states' memory stops
+    // growing; the waves themselves (one executor call each) add nothing.
+    const auto decode = [&](const auto& Q, const auto& K, const auto& V, const auto& O, const posenc::position_ids& pos) {
+        const std::size_t T = Q.tokens();
+        posenc::attention(rope_alibi, posenc::heads_view<const float>(Q.row(T - 1, 0), {1, Q.heads(), Q.head_dim()}), K, V,
+                          posenc::heads_view<float>(O.row(T - 1, 0), {1, O.heads(), O.head_dim()}),
+                          posenc::position_ids::consecutive(static_cast<std::int64_t>(T - 1), 1), pos, posenc::causal_mask{},
+                          {.sinks = sinks, .threads = 2, .min_fmas_per_thread = 0, .executor = inline_pool});
+    };
+    check_flat("split-KV decode, 2 threads", measure<float>(decode, 8192, 1, 32), measure<float>(decode, 32768, 1, 32), bound);
+    check_flat("split-KV decode, 2 threads, bf16 K/V", measure<posenc::bf16>(decode, 8192, 1, 32),
+               measure<posenc::bf16>(decode, 32768, 1, 32), bound);
+}
+
 namespace {
 /// Allocations made by `calls` while the counter is armed (each run once first, unarmed: statics).
 template <class... Calls>
