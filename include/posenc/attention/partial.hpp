@@ -131,26 +131,25 @@ inline void merge_attention_partials(std::span<const attention_part> parts, head
     require(!detail::spans_overlap(sinks, lse_out), "sinks", "span", "overlaps lse");
     for (std::size_t i = 0; i < parts.size(); ++i) {
         const attention_part& p = parts[i];
-        const std::string name = "parts[" + to_text(i) + "]";
-        if (p.out.tokens() != T || p.out.heads() != H || p.out.head_dim() != Dv)
-            throw config_error(name + ".out shape",
-                               to_text(p.out.tokens()) + "x" + to_text(p.out.heads()) + "x" + to_text(p.out.head_dim()),
-                               "must equal out's " + to_text(T) + "x" + to_text(H) + "x" + to_text(Dv));
-        require(p.lse.size() == rows, [&] { return name + ".lse"; },
+        const auto name = [i] { return "parts[" + to_text(i) + "]"; };  // built only for a message
+        require(p.out.tokens() == T && p.out.heads() == H && p.out.head_dim() == Dv, [&] { return name() + ".out shape"; },
+                [&] { return to_text(p.out.tokens()) + "x" + to_text(p.out.heads()) + "x" + to_text(p.out.head_dim()); },
+                [&] { return "must equal out's " + to_text(T) + "x" + to_text(H) + "x" + to_text(Dv); });
+        require(p.lse.size() == rows, [&] { return name() + ".lse"; },
                 [&] { return "of " + to_text(p.lse.size()) + " values"; },
                 [&] { return "needs one per row of out = " + to_text(rows); });
         const bool same_out = p.out.data() == out.data() && p.out.token_stride() == out.token_stride() &&
                               p.out.head_stride() == out.head_stride();
         require(same_out || !detail::spans_overlap(detail::view_bytes(p.out), detail::view_bytes(out)),
-                [&] { return name + ".out"; },
+                [&] { return name() + ".out"; },
                 "view", "overlaps out without being out itself");
-        require(!detail::spans_overlap(std::as_bytes(p.lse), detail::view_bytes(out)), [&] { return name + ".lse"; }, "span",
+        require(!detail::spans_overlap(std::as_bytes(p.lse), detail::view_bytes(out)), [&] { return name() + ".lse"; }, "span",
                 "overlaps out");
         const bool same_lse = p.lse.data() == lse.data() && p.lse.size() == lse.size();
-        require(same_lse || !detail::spans_overlap(p.lse, lse_out), [&] { return name + ".lse"; }, "span",
+        require(same_lse || !detail::spans_overlap(p.lse, lse_out), [&] { return name() + ".lse"; }, "span",
                 "overlaps lse without being lse itself");
         require(!detail::spans_overlap(std::as_bytes(lse_out), detail::view_bytes(p.out)), "lse", "span",
-                [&] { return "overlaps " + name + ".out"; });
+                [&] { return "overlaps " + name() + ".out"; });
     }
     constexpr double ninf = -std::numeric_limits<double>::infinity();
     std::vector<double> acc(Dv), w(parts.size());
