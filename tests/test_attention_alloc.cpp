@@ -77,6 +77,17 @@ struct usage {
     std::size_t count, bytes;
 };
 
+/// The allocations and bytes f() asks for.
+template <class F>
+usage counted(const F& f) {
+    count = 0;
+    bytes = 0;
+    armed = true;
+    f();
+    armed = false;
+    return {count.load(), bytes.load()};
+}
+
 /// The allocations of call(Q, K, V, O, positions) over T tokens, 4 query heads over Hkv kv heads
 /// stored as KV; the calls use a sliding window so that T = 8192 stays quick.
 template <class KV, class Call>
@@ -89,12 +100,7 @@ usage measure(const Call& call, std::size_t T, std::size_t Hkv, std::size_t D) {
     const posenc::heads_view<const float> Q(q.data(), {T, Hq, D});
     const posenc::heads_view<const KV> K(k.data(), {T, Hkv, D}), V(v.data(), {T, Hkv, D});
     const posenc::heads_view<float> O(std::span<float>(out), {T, Hq, D});
-    count = 0;
-    bytes = 0;
-    armed = true;
-    call(Q, K, V, O, pos);
-    armed = false;
-    return {count.load(), bytes.load()};
+    return counted([&] { call(Q, K, V, O, pos); });
 }
 
 /// posenc::attention with `enc` and a sliding window, as a call for measure.
@@ -129,14 +135,11 @@ usage measure_cache(std::size_t T) {
     cache.append(posenc::heads_view<const float>(p.k.data(), {T, Hkv, D}),
                  posenc::heads_view<const float>(p.v.data(), {T, Hkv, D}), posenc::position_ids::consecutive(0, T));
     std::vector<float> out(Tq * Hq * D);
-    count = 0;
-    bytes = 0;
-    armed = true;
-    posenc::attention(posenc::attention_encoding{rope}, posenc::heads_view<const float>(p.q.data(), {Tq, Hq, D}), cache,
-                      posenc::heads_view<float>(std::span<float>(out), {Tq, Hq, D}),
-                      posenc::position_ids::consecutive(static_cast<std::int64_t>(T - Tq), Tq), posenc::causal_mask{});
-    armed = false;
-    return {count.load(), bytes.load()};
+    return counted([&] {
+        posenc::attention(posenc::attention_encoding{rope}, posenc::heads_view<const float>(p.q.data(), {Tq, Hq, D}), cache,
+                          posenc::heads_view<float>(std::span<float>(out), {Tq, Hq, D}),
+                          posenc::position_ids::consecutive(static_cast<std::int64_t>(T - Tq), Tq), posenc::causal_mask{});
+    });
 }
 }  // namespace
 
