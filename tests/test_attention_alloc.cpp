@@ -112,7 +112,7 @@ auto windowed(const Enc& enc) {
 }
 
 void check_flat(const char* what, const usage& small, const usage& large, std::size_t bound) {
-    INFO(what << ": T=1024: " << small.count << " allocations, " << small.bytes << " bytes; T=8192: " << large.count
+    INFO(what << ": smaller T: " << small.count << " allocations, " << small.bytes << " bytes; larger T: " << large.count
               << ", " << large.bytes);
     CHECK(small.count > 0);  // the counter sees the kernel's scratch
     CHECK(large.count <= small.count);
@@ -191,7 +191,9 @@ TEST_CASE("attention allocates no more for T = 8192 than for T = 1024", "[attent
 TEST_CASE("attention on several threads allocates no more for longer sequences", "[attention][memory][threads]") {
     // The caller's executor runs the threads' work inline, so that what is counted is posenc's own
     // scratch (per thread, per wave of key segments), not a thread library's.
-    const posenc::executor inline_pool = [](std::size_t n, const std::function<void(std::size_t)>& task) {
+    std::size_t runs = 0;  // executor calls: the threads' paths are really taken
+    const posenc::executor inline_pool = [&runs](std::size_t n, const std::function<void(std::size_t)>& task) {
+        ++runs;
         for (std::size_t i = 0; i < n; ++i) task(i);
     };
     const std::size_t bound = 256 * 1024;
@@ -208,9 +210,10 @@ TEST_CASE("attention on several threads allocates no more for longer sequences",
                               {.softcap = 30.0f, .sinks = sinks, .threads = 2, .min_fmas_per_thread = 0, .executor = inline_pool});
         },
         1, 32, 2 * bound);
+    CHECK(runs == 2);  // one executor call per measured call
     // Split-KV decode: the last query over all T keys, one item split into key segments of 1024, run in
-    // waves of 4 · threads segments. From T = 8192 on every wave is full, so the states' memory stops
-    // growing; the waves themselves (one executor call each) add nothing.
+    // waves of 4 · threads segments (sizes tied to attn_segment_keys and that cap). From T = 8192 on a
+    // wave holds 8 states, so their memory stops growing; the waves themselves (one executor call each) add nothing.
     const auto decode = [&](const auto& Q, const auto& K, const auto& V, const auto& O, const posenc::position_ids& pos) {
         const std::size_t T = Q.tokens();
         posenc::attention(rope_alibi, posenc::heads_view<const float>(Q.row(T - 1, 0), {1, Q.heads(), Q.head_dim()}), K, V,
@@ -218,7 +221,14 @@ TEST_CASE("attention on several threads allocates no more for longer sequences",
                           posenc::position_ids::consecutive(static_cast<std::int64_t>(T - 1), 1), pos, posenc::causal_mask{},
                           {.sinks = sinks, .threads = 2, .min_fmas_per_thread = 0, .executor = inline_pool});
     };
-    check_flat("split-KV decode, 2 threads", measure<float>(decode, 8192, 1, 32), measure<float>(decode, 32768, 1, 32), bound);
+    // Split-KV decode: one wave (8 segments) at T = 8192, four at 32768.
+    runs = 0;
+    const usage decode_small = measure<float>(decode, 8192, 1, 32);
+    CHECK(runs == 1);
+    runs = 0;
+    const usage decode_large = measure<float>(decode, 32768, 1, 32);
+    CHECK(runs == 4);
+    check_flat("split-KV decode, 2 threads", decode_small, decode_large, bound);
     check_flat("split-KV decode, 2 threads, bf16 K/V", measure<posenc::bf16>(decode, 8192, 1, 32),
                measure<posenc::bf16>(decode, 32768, 1, 32), bound);
 }
