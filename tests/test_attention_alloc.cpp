@@ -2,8 +2,9 @@
 // replaces the global operator new (for the whole test program; it only counts while a counter is
 // armed; every form is replaced so that new and delete always pair, also under AddressSanitizer) and
 // compares the allocations of T = 1024 and T = 8192 for every transform and bias kind (and the
-// backward's with Shaw's tables, T = 256 and 2048). The one-token rotary call's none is counted here
-// too (the program's only counting operator new).
+// backward's with Shaw's tables, T = 256 and 2048), then the same on 2 threads: prefill, and split-KV
+// decode at T = 8192 and 32768. The one-token rotary call's none is counted here too (the program's
+// only counting operator new).
 #include <posenc/attention/attention.hpp>
 #include <posenc/attention/partial.hpp>
 #include <posenc/attention/shaw.hpp>
@@ -89,7 +90,8 @@ usage counted(const F& f) {
 }
 
 /// The allocations of call(Q, K, V, O, positions) over T tokens, 4 query heads over Hkv kv heads
-/// stored as KV; the calls use a sliding window so that T = 8192 stays quick.
+/// stored as KV (the prefill calls use a sliding window so that T = 8192 stays quick; the decode
+/// calls take the last query only).
 template <class KV, class Call>
 usage measure(const Call& call, std::size_t T, std::size_t Hkv, std::size_t D) {
     const std::size_t Hq = 4;
@@ -212,16 +214,15 @@ TEST_CASE("attention on several threads allocates no more for longer sequences",
         1, 32, 2 * bound);
     CHECK(runs == 2);  // one executor call per measured call
     // Split-KV decode: the last query over all T keys, one item split into key segments of 1024, run in
-    // waves of 4 · threads segments (sizes tied to attn_segment_keys and that cap). From T = 8192 on a
-    // wave holds 8 states, so their memory stops growing; the waves themselves (one executor call each) add nothing.
+    // waves of 4 · threads segments (sizes tied to attn_segment_keys and that cap): one wave of 8 at
+    // T = 8192, four at 32768. A wave's states stop growing at 8, and the waves themselves (one executor
+    // call each) add nothing.
     const auto decode = [&](const auto& Q, const auto& K, const auto& V, const auto& O, const posenc::position_ids& pos) {
         const std::size_t T = Q.tokens();
-        posenc::attention(rope_alibi, posenc::heads_view<const float>(Q.row(T - 1, 0), {1, Q.heads(), Q.head_dim()}), K, V,
-                          posenc::heads_view<float>(O.row(T - 1, 0), {1, O.heads(), O.head_dim()}),
+        posenc::attention(rope_alibi, Q.tokens_slice(T - 1, 1), K, V, O.tokens_slice(T - 1, 1),
                           posenc::position_ids::consecutive(static_cast<std::int64_t>(T - 1), 1), pos, posenc::causal_mask{},
                           {.sinks = sinks, .threads = 2, .min_fmas_per_thread = 0, .executor = inline_pool});
     };
-    // Split-KV decode: one wave (8 segments) at T = 8192, four at 32768.
     runs = 0;
     const usage decode_small = measure<float>(decode, 8192, 1, 32);
     CHECK(runs == 1);
