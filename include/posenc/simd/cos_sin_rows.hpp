@@ -130,6 +130,21 @@ struct cos_sin_rows : lane_io<Arch> {
     /// significant bits). Two parts with a rounded n·hi lost ~2^-53·|a|, many ulps of a cos or sin
     /// near 0 at large angles.
     static constexpr double max_quadrants = ops::has_fma ? 0x1p50 : 0x1p29;
+    static constexpr double two_over_pi = 0.6366197723675814;
+
+    /// The quadrant counts n = round(a·2/π) that cos_sin_lanes reduces the angles a by.
+    [[gnu::always_inline]] static dbatch quadrants(const dbatch& a) noexcept { return xsimd::nearbyint(a * dbatch(two_over_pi)); }
+    /// Whether every lane's n is within max_quadrants (false for NaN).
+    [[gnu::always_inline]] static bool within_reach(const dbatch& n) noexcept {
+        return xsimd::all(xsimd::abs(n) < dbatch(max_quadrants));
+    }
+    /// Whether cos_sin_lanes reduces every angle p·θᵢ of a row of `pairs` (a multiple of WD): the same
+    /// test, asked before any of the row is used.
+    static bool row_within_reach(const double* inv_freq, std::size_t pairs, const dbatch& p) noexcept {
+        bool reach = true;
+        for (std::size_t i = 0; i < pairs; i += WD) reach &= within_reach(quadrants(p * dbatch::load_unaligned(inv_freq + i)));
+        return reach;
+    }
 
     /// cos/sin × amp of the angles a, lane by lane in double: a is reduced to a quadrant q and
     /// r ∈ [−π/4, π/4]; cos r and sin r come from their Taylor series (through r¹⁶ and r¹⁵, whose
@@ -138,12 +153,11 @@ struct cos_sin_rows : lane_io<Arch> {
     template <bool Scaled = true>
     [[gnu::always_inline]] static bool cos_sin_lanes(const dbatch& a, const dbatch& amp, dbatch& c, dbatch& s) noexcept {
         constexpr double half_pi_hi = 1.5707963267948966, half_pi_lo = 6.123233995736766e-17;
-        constexpr double two_over_pi = 0.6366197723675814;
         using ibatch = xsimd::batch<std::int64_t, Arch>;
-        const dbatch n = xsimd::nearbyint(a * dbatch(two_over_pi));
+        const dbatch n = quadrants(a);
         // Lanes out of reach (or NaN) compute garbage the caller discards: nothing below converts n
         // to an integer type, so no lane is undefined.
-        const bool reduced = xsimd::all(xsimd::abs(n) < dbatch(max_quadrants));
+        const bool reduced = within_reach(n);
         dbatch r;
         if constexpr (ops::has_fma)
             r = ops::fnma(n, dbatch(half_pi_lo), ops::fnma(n, dbatch(half_pi_hi), a));

@@ -9,6 +9,9 @@
 // per-head RMSNorm), rotate in float32, round once to the destination type and write it (in place or
 // to another buffer: one read and one write). A head's chunk (up to `unroll` vectors per half) is
 // loaded completely before it is stored: interleaved loads and stores halved the 512-bit loop's speed.
+// A one-token half-split call over float heads (decode) instead rotates every head a few columns of
+// the row at a time while the next columns are computed (rotate_while_computing_row), so that the
+// row's latency hides behind the stores; same operations, same bits.
 //
 // Batch invariance: every lane of every width goes through the same operations in the same order —
 // the same FMAs (arch_ops), the cos/sin row computed by the same per-lane double formulas (prefill's
@@ -31,6 +34,7 @@
 #include "posenc/simd/rotate_args.hpp"
 #include "posenc/simd/rotate_kernels.hpp"
 #include "posenc/simd/xsimd_compat.hpp"
+#include "posenc/core/detail/unroll.hpp"  // last: POSENC_UNROLL, #undef at the end
 
 POSENC_SIMD_DIAGNOSTICS_PUSH  // g++ 12's AVX-512 headers (xsimd_compat.hpp)
 namespace posenc::simd {
@@ -65,6 +69,8 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
     using typename rotate_base::token_rows;
     using typename row_base::consecutive_rows;
     using row_base::cos_sin_row;
+    using row_base::far_position;
+    using typename row_base::dbatch;
     using row_base::table_rows;
     using norm_base::sum_of_squares;
     using norm_base::inverse_rms;
@@ -114,7 +120,72 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
         return a.pos_start + a.pos_step * static_cast<std::int64_t>(t);
     }
 
+    /// A one-token call whose row is computed here (decode), every view float → float without a
+    /// norm, small enough for L1 (the heads are visited once per column): the heads are rotated a
+    /// column (W pairs of the row) at a time while the row is being computed, the next column's
+    /// cos/sin issued before this column's heads, so that its latency hides behind their stores
+    /// rather than delaying every head. The same operations as cos_sin_row, the inverse's negation and
+    /// the chunks, so the same bits as the general path. False (nothing written) when the call is
+    /// not this case.
+    template <bool Scaled>
+    static bool rotate_while_computing_row(const rotate_args& a) noexcept {
+        const std::size_t r = a.rotary_dim, n = r / 2;
+        if (a.tokens != 1 || a.rows || a.table || a.layout != layout_id::half_split || n == 0 || n % W != 0) return false;
+        const std::int64_t pos = position(a, 0);
+        if (pos > far_position || pos < -far_position) return false;
+        std::size_t bytes = 0;
+        for (const view_args& v : a.view) {
+            if (!v.src || v.heads == 0) continue;
+            if (v.norm_weight || v.src_type != dtype::f32 || v.dst_type != dtype::f32) return false;
+            if (v.src != v.dst && r != a.head_dim) return false;  // pass-through lanes to copy: view_token's
+            bytes += v.heads * a.head_dim * sizeof(float) * (v.src != v.dst ? 2 : 1);
+        }
+        if (bytes > 32768) return false;  // under L1 with room to spare
+        const dbatch p(static_cast<double>(pos)), amp(a.amplitude);
+        if (!row_base::row_within_reach(a.inv_freq, n, p)) return false;
+        if ((n / W) % 2 == 0 && rotate_base::registers >= 32) return columns_while_computing_row<Scaled, 2>(a, p, amp), true;
+        return columns_while_computing_row<Scaled, 1>(a, p, amp), true;
+    }
+
+    /// rotate_while_computing_row's loop, U columns a pass.
+    template <bool Scaled, std::size_t U>
+    [[gnu::noinline]] static void columns_while_computing_row(const rotate_args& a, const dbatch& p, const dbatch& amp) noexcept {
+        const std::size_t n = a.rotary_dim / 2;
+        const double* inv_freq = a.inv_freq;  // locals: the stores below may alias anything in a
+        const bool inverse = a.inverse;
+        const view_args views[2] = {a.view[0], a.view[1]};
+        fbatch cn[U], sn[U];  // the next pass's columns
+        POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) row_base::template cos_sin_column<Scaled>(inv_freq + u * W, p, amp, cn[u], sn[u]);
+        for (std::size_t i = 0; i < n; i += U * W) {
+            fbatch cv[U], sv[U];
+            POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) cv[u] = cn[u], sv[u] = inverse ? -sn[u] : sn[u];
+            if (i + U * W < n)
+                POSENC_UNROLL for (std::size_t u = 0; u < U; ++u)
+                    row_base::template cos_sin_column<Scaled>(inv_freq + i + (U + u) * W, p, amp, cn[u], sn[u]);
+            for (const view_args& v : views) {
+                if (!v.src || v.heads == 0) continue;
+                const float* x = static_cast<const float*>(v.src) + i;
+                float* y = static_cast<float*>(v.dst) + i;
+                const std::size_t heads = v.heads, xs = v.src_head_stride, ys = v.dst_head_stride;
+                for (std::size_t h = 0; h < heads; ++h) {  // half_split_chunk's loads, then its stores
+                    const float* xh = x + h * xs;
+                    float* yh = y + h * ys;
+                    fbatch x1[U], x2[U];
+                    POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
+                        x1[u] = fbatch::load_unaligned(xh + u * W);
+                        x2[u] = fbatch::load_unaligned(xh + n + u * W);
+                    }
+                    POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
+                        ops::store(yh + u * W, rotate_base::half_split_first(x1[u], x2[u], cv[u], sv[u]));
+                        ops::store(yh + n + u * W, rotate_base::half_split_second(x1[u], x2[u], cv[u], sv[u]));
+                    }
+                }
+            }
+        }
+    }
+
     static void run(const rotate_args& a) noexcept {
+        if (a.amplitude == 1.0 ? rotate_while_computing_row<false>(a) : rotate_while_computing_row<true>(a)) return;
         const std::size_t r = a.rotary_dim, n = r / 2;
         const bool interleaved = a.layout == layout_id::interleaved;
         alignas(64) float c[row_capacity / 2], s[row_capacity / 2];  // compact row, direction applied
@@ -224,3 +295,5 @@ void table_functor::operator()(Arch, const table_args& args) const noexcept {
 
 }  // namespace posenc::simd
 POSENC_SIMD_DIAGNOSTICS_POP
+
+#undef POSENC_UNROLL
