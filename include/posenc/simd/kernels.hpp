@@ -9,8 +9,8 @@
 // per-head RMSNorm), rotate in float32, round once to the destination type and write it (in place or
 // to another buffer: one read and one write). A head's chunk (up to `unroll` vectors per half) is
 // loaded completely before it is stored: interleaved loads and stores halved the 512-bit loop's speed.
-// A one-token half-split call over float heads (decode) instead rotates every head a few columns of
-// the row at a time while the next columns are computed (rotate_while_computing_row), so that the
+// A one-token half-split call over float heads in place (decode) instead rotates every head a column
+// or two of the row at a time while the next are computed (rotate_while_computing_row), so that the
 // row's latency hides behind the stores; same operations, same bits.
 //
 // Batch invariance: every lane of every width goes through the same operations in the same order —
@@ -120,34 +120,48 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
         return a.pos_start + a.pos_step * static_cast<std::int64_t>(t);
     }
 
-    /// A one-token call whose row is computed here (decode), every view float → float without a
-    /// norm, small enough for L1 (the heads are visited once per column): the heads are rotated a
-    /// column (W pairs of the row) at a time while the row is being computed, the next column's
-    /// cos/sin issued before this column's heads, so that its latency hides behind their stores
+    /// Bytes of heads the one-token column path takes: it visits each head once per pass, so they
+    /// must stay in L1 between passes; three quarters of the 32 KiB L1D of Zen 2–4 and Skylake-class
+    /// cores (Zen 5 has 48 KiB).
+    static constexpr std::size_t column_path_bytes = 24 * 1024;
+
+    /// A one-token call whose row is computed here (decode), half-split, every view float, in place
+    /// and without a norm, the views disjoint and within column_path_bytes: every head is rotated U
+    /// columns of the row (U·W pairs; U = 2 on AVX-512 when n/W is even, else 1) at a time while the
+    /// next U columns' cos/sin are computed, so that the row's latency hides behind the heads' stores
     /// rather than delaying every head. The same operations as cos_sin_row, the inverse's negation and
-    /// the chunks, so the same bits as the general path. False (nothing written) when the call is
-    /// not this case.
-    template <bool Scaled>
+    /// the chunks, so the same bits as the general path (NaN payloads aside: which NaN an FMA keeps
+    /// depends on its instruction form). False, nothing written, when the call is not this case.
     static bool rotate_while_computing_row(const rotate_args& a) noexcept {
-        const std::size_t r = a.rotary_dim, n = r / 2;
+        const std::size_t n = a.rotary_dim / 2;
         if (a.tokens != 1 || a.rows || a.table || a.layout != layout_id::half_split || n == 0 || n % W != 0) return false;
         const std::int64_t pos = position(a, 0);
         if (pos > far_position || pos < -far_position) return false;
+        // Out of place (a cache's strided heads, pass-through lanes to copy) was not measured this way.
+        // Views that share memory keep the general path's order (all of Q, then K): the column
+        // passes alternate between them.
         std::size_t bytes = 0;
-        for (const view_args& v : a.view) {
+        const float *lo[2] = {}, *hi[2] = {};
+        for (std::size_t k = 0; k < 2; ++k) {
+            const view_args& v = a.view[k];
             if (!v.src || v.heads == 0) continue;
-            if (v.norm_weight || v.src_type != dtype::f32 || v.dst_type != dtype::f32) return false;
-            if (v.src != v.dst && r != a.head_dim) return false;  // pass-through lanes to copy: view_token's
-            bytes += v.heads * a.head_dim * sizeof(float) * (v.src != v.dst ? 2 : 1);
+            if (v.norm_weight || v.src_type != dtype::f32 || v.dst_type != dtype::f32 || v.src != v.dst) return false;
+            lo[k] = static_cast<const float*>(v.src);
+            hi[k] = lo[k] + (v.heads - 1) * v.src_head_stride + a.head_dim;
+            bytes += v.heads * a.head_dim * sizeof(float);
         }
-        if (bytes > 32768) return false;  // under L1 with room to spare
+        if (bytes > column_path_bytes || (lo[0] && lo[1] && lo[0] < hi[1] && lo[1] < hi[0])) return false;
         const dbatch p(static_cast<double>(pos)), amp(a.amplitude);
         if (!row_base::row_within_reach(a.inv_freq, n, p)) return false;
-        if ((n / W) % 2 == 0 && rotate_base::registers >= 32) return columns_while_computing_row<Scaled, 2>(a, p, amp), true;
-        return columns_while_computing_row<Scaled, 1>(a, p, amp), true;
+        const bool pairs = (n / W) % 2 == 0 && rotate_base::registers >= 32;
+        if (a.amplitude == 1.0)  // (× 1 changes no bits: skipped, as cos_sin_row does)
+            pairs ? columns_while_computing_row<false, 2>(a, p, amp) : columns_while_computing_row<false, 1>(a, p, amp);
+        else
+            pairs ? columns_while_computing_row<true, 2>(a, p, amp) : columns_while_computing_row<true, 1>(a, p, amp);
+        return true;
     }
 
-    /// rotate_while_computing_row's loop, U columns a pass.
+    /// rotate_while_computing_row's loop: U columns a pass, each head revisited n/(U·W) times.
     template <bool Scaled, std::size_t U>
     [[gnu::noinline]] static void columns_while_computing_row(const rotate_args& a, const dbatch& p, const dbatch& amp) noexcept {
         const std::size_t n = a.rotary_dim / 2;
@@ -164,20 +178,18 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
                     row_base::template cos_sin_column<Scaled>(inv_freq + i + (U + u) * W, p, amp, cn[u], sn[u]);
             for (const view_args& v : views) {
                 if (!v.src || v.heads == 0) continue;
-                const float* x = static_cast<const float*>(v.src) + i;
-                float* y = static_cast<float*>(v.dst) + i;
-                const std::size_t heads = v.heads, xs = v.src_head_stride, ys = v.dst_head_stride;
+                float* x = static_cast<float*>(v.dst) + i;  // in place
+                const std::size_t heads = v.heads, stride = v.dst_head_stride;
                 for (std::size_t h = 0; h < heads; ++h) {  // half_split_chunk's loads, then its stores
-                    const float* xh = x + h * xs;
-                    float* yh = y + h * ys;
+                    float* xh = x + h * stride;
                     fbatch x1[U], x2[U];
                     POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
                         x1[u] = fbatch::load_unaligned(xh + u * W);
                         x2[u] = fbatch::load_unaligned(xh + n + u * W);
                     }
                     POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
-                        ops::store(yh + u * W, rotate_base::half_split_first(x1[u], x2[u], cv[u], sv[u]));
-                        ops::store(yh + n + u * W, rotate_base::half_split_second(x1[u], x2[u], cv[u], sv[u]));
+                        ops::store(xh + u * W, rotate_base::half_split_first(x1[u], x2[u], cv[u], sv[u]));
+                        ops::store(xh + n + u * W, rotate_base::half_split_second(x1[u], x2[u], cv[u], sv[u]));
                     }
                 }
             }
@@ -185,7 +197,7 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
     }
 
     static void run(const rotate_args& a) noexcept {
-        if (a.amplitude == 1.0 ? rotate_while_computing_row<false>(a) : rotate_while_computing_row<true>(a)) return;
+        if (rotate_while_computing_row(a)) return;
         const std::size_t r = a.rotary_dim, n = r / 2;
         const bool interleaved = a.layout == layout_id::interleaved;
         alignas(64) float c[row_capacity / 2], s[row_capacity / 2];  // compact row, direction applied
