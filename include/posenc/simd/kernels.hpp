@@ -180,7 +180,7 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
                 if (!v.src || v.heads == 0) continue;
                 float* x = static_cast<float*>(v.dst) + i;  // in place
                 const std::size_t heads = v.heads, stride = v.dst_head_stride;
-                for (std::size_t h = 0; h < heads; ++h) {  // half_split_chunk's loads, then its stores
+                for (std::size_t h = 0; h < heads; ++h) {  // half_split_chunk's steps, written out: through it the rows spilled
                     float* xh = x + h * stride;
                     fbatch x1[U], x2[U];
                     POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
