@@ -84,7 +84,8 @@ pool& attention_pool() {
 }
 
 template <class H = float>
-void attention_bench(benchmark::State& state, const attn_def& s, unsigned threads, rope_variant rv, bool pooled = false) {
+void attention_bench(benchmark::State& state, const attn_def& s, unsigned threads, rope_variant rv, bool pooled = false,
+                     bool with_workspace = false) {
     auto& b = data_for(s);
     using clock = std::chrono::steady_clock;
     constexpr bool half = !std::is_same_v<H, float>;
@@ -109,8 +110,10 @@ void attention_bench(benchmark::State& state, const attn_def& s, unsigned thread
         cache.emplace(rope, posenc::kv_cache_shape{.kv_heads = s.Hkv, .head_dim = s.D, .capacity = s.Tk});
         cache->append(K, V, kpos);
     }
+    posenc::attention_workspace workspace;  // used by the /workspace rows: tile buffers kept between calls
     auto kernel = [&] {
         posenc::attention_options opt{.threads = threads};
+        if (with_workspace) opt.workspace = &workspace;
         if (pooled)
             opt.executor = [](std::size_t n, const std::function<void(std::size_t)>& task) { attention_pool().run(n, task); };
         if constexpr (half) {
@@ -352,6 +355,10 @@ void register_attention() {
                                      [t](benchmark::State& st) { attention_bench(st, S6_short, t, rope_variant::on_the_fly); })
             ->Unit(benchmark::kMicrosecond)
             ->UseManualTime();
+        if (t == 1)  // the same calls keeping their tile buffers in an attention_workspace
+            benchmark::RegisterBenchmark("attention/S6-200/workspace", [](benchmark::State& st) {
+                attention_bench(st, S6_short, 1, rope_variant::on_the_fly, false, true);
+            })->Unit(benchmark::kMicrosecond)->UseManualTime();
         if (t == 2) {  // decode on the caller's pool (opt.executor)
             benchmark::RegisterBenchmark("attention/S6-200/executor:pool2",
                                          [](benchmark::State& st) { attention_bench(st, S6_short, 2, rope_variant::on_the_fly, true); })

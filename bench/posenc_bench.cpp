@@ -26,6 +26,8 @@
 //                               (options.executor); limits: the read pass and the FMA peak on the same pool
 //   attention/S6-200/threads:N, executor:pool2   S6 against 200 cached tokens: below the work threshold,
 //                               so threads = 2 runs on the caller's thread (and its limits on one thread)
+//   attention/S6-200/workspace  S6-200 on one thread with an attention_workspace: the per-call tile
+//                               buffers kept between calls instead of allocated and zeroed in each
 //   attention/<S5|S5-rope|S6>-bf16, -fp16/threads:N   K and V in 16 bits: S5 and S5-rope (with a cos/sin
 //                               table) over converted copies, S6 over a kv_cache<rotary, bf16/fp16>
 //   kv_cache/append/threads:N   kv_cache::append of S1's K [2048,8,128] (rotated, RoPE base 10000) and a V

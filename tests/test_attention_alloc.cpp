@@ -31,7 +31,13 @@ void note(std::size_t n) noexcept {
         bytes.fetch_add(n, std::memory_order_relaxed);
     }
 }
+// When ≥ 0: the number of further allocations that succeed before one throws std::bad_alloc.
+std::atomic<long> fail_after{-1};
 void* allocate(std::size_t n, std::size_t align) {
+    if (fail_after.load(std::memory_order_relaxed) >= 0 && fail_after.fetch_sub(1, std::memory_order_relaxed) == 0) {
+        fail_after = -1;
+        throw std::bad_alloc();
+    }
     note(n);
     void* p = align <= alignof(std::max_align_t) ? std::malloc(n ? n : 1)
                                                  : std::aligned_alloc(align, (n + align - 1) / align * align);
@@ -321,4 +327,83 @@ TEST_CASE("attention_backward's Shaw parameter gradients in waves need memory in
     INFO("T=256: " << small << " bytes; T=2048: " << large << " bytes");
     CHECK(small > 0);
     CHECK(large <= small + 64 * (2048 - 256) * H);
+}
+
+TEST_CASE("decode with a warmed workspace allocates nothing", "[attention][memory][decode][workspace]") {
+    // An engine's steady state: one token's 8 query heads against a float and a bf16 kv_cache of 300
+    // tokens (RoPE, causal) on the caller's thread. (A decode split over key segments on several
+    // threads still allocates its segments' states per call.) The same call without a workspace
+    // allocates: the count sees it.
+    const std::size_t Hq = 8, Hkv = 2, D = 64, T = 300;
+    const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+    const auto p = posenc_test::make_attn_problem(1, T, Hq, Hkv, D, D, 9);
+    posenc::kv_cache cache(rope, posenc::kv_cache_shape{.kv_heads = Hkv, .head_dim = D, .capacity = T});
+    posenc::kv_cache<posenc::rotary<posenc::half_split>, posenc::bf16> cache16(
+        rope, posenc::kv_cache_shape{.kv_heads = Hkv, .head_dim = D, .capacity = T});
+    cache.append(posenc::heads_view<const float>(p.k.data(), {T, Hkv, D}), posenc::heads_view<const float>(p.v.data(), {T, Hkv, D}),
+                 posenc::position_ids::consecutive(0, T));
+    cache16.append(posenc::heads_view<const float>(p.k.data(), {T, Hkv, D}), posenc::heads_view<const float>(p.v.data(), {T, Hkv, D}),
+                   posenc::position_ids::consecutive(0, T));
+    std::vector<float> out(Hq * D);
+    const posenc::heads_view<const float> Q(p.q.data(), {1, Hq, D});
+    const posenc::heads_view<float> O(std::span<float>(out), {1, Hq, D});
+    const auto qpos = posenc::position_ids::consecutive(static_cast<std::int64_t>(T - 1), 1);
+    const posenc::attention_encoding enc{rope};  // made once, as an engine's layer holds it (a copy allocates)
+    posenc::attention_workspace ws;
+    const posenc::attention_options with{.workspace = &ws};
+    const auto decode = [&] { posenc::attention(enc, Q, cache, O, qpos, posenc::causal_mask{}, with); };
+    const auto decode16 = [&] { posenc::attention(enc, Q, cache16, O, qpos, posenc::causal_mask{}, with); };
+    CHECK(allocations_of(decode) == 0);
+    CHECK(allocations_of(decode16) == 0);
+    CHECK(allocations_of(decode, decode16) == 0);  // both element types in turn: one workspace serves them
+    // One token, then a chunk of 3 (speculative decoding): the buffers grow to hold both shapes once.
+    std::vector<float> q3(3 * Hq * D, 0.25f), out3(3 * Hq * D);
+    const auto chunk = [&] {
+        posenc::attention(enc, posenc::heads_view<const float>(q3.data(), {3, Hq, D}), cache,
+                          posenc::heads_view<float>(std::span<float>(out3), {3, Hq, D}),
+                          posenc::position_ids::consecutive(static_cast<std::int64_t>(T - 3), 3), posenc::causal_mask{}, with);
+    };
+    CHECK(allocations_of(decode, chunk, decode, chunk) == 0);
+    const auto without = [&] { posenc::attention(enc, Q, cache, O, qpos, posenc::causal_mask{}); };
+    CHECK(allocations_of(without) > 0);
+}
+
+TEST_CASE("a workspace whose buffers fail to grow keeps the old ones and stays usable", "[attention][memory][workspace][errors]") {
+    // A workspace holding one-thread decode buffers; a prefill on 2 threads (larger tiles, more threads)
+    // fails at its 1st, 2nd, ... allocation: each time the call throws bad_alloc, out keeps its values,
+    // and the next decode through the workspace gives the bits of a decode without one.
+    const std::size_t Hq = 4, Hkv = 1, D = 32, T = 160;
+    const auto p = posenc_test::make_attn_problem(T, T, Hq, Hkv, D, D, 11);
+    const posenc::heads_view<const float> Q(p.q.data(), {T, Hq, D}), K(p.k.data(), {T, Hkv, D}), V(p.v.data(), {T, Hkv, D});
+    const auto pos = posenc::position_ids::consecutive(0, T);
+    const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+    const posenc::attention_encoding enc{rope};
+    posenc::attention_workspace ws;
+    std::vector<float> one(Hq * D), plain(Hq * D), big(T * Hq * D, 4.0f);
+    const auto decode = [&](std::vector<float>& o, posenc::attention_workspace* w) {
+        posenc::attention(enc, Q.tokens_slice(T - 1, 1), K, V, posenc::heads_view<float>(o.data(), {1, Hq, D}),
+                          posenc::position_ids::consecutive(T - 1, 1), pos, posenc::causal_mask{}, {.workspace = w});
+    };
+    decode(plain, nullptr);
+    decode(one, &ws);
+    std::size_t failures = 0;
+    for (long n = 0; n < 200; ++n) {
+        fail_after = n;
+        bool failed = false;
+        try {
+            posenc::attention(enc, Q, K, V, posenc::heads_view<float>(big.data(), {T, Hq, D}), pos, pos, posenc::causal_mask{},
+                              {.threads = 2, .min_fmas_per_thread = 0, .workspace = &ws});
+        } catch (const std::bad_alloc&) {
+            failed = true;
+        }
+        fail_after = -1;
+        if (!failed) break;  // enough allocations succeeded: the call went through
+        ++failures;
+        INFO("failing allocation " << n);
+        CHECK(std::all_of(big.begin(), big.end(), [](float x) { return x == 4.0f; }));
+        std::fill(one.begin(), one.end(), -1.0f);
+        decode(one, &ws);  // not left in use, its buffers whole
+        CHECK(std::memcmp(one.data(), plain.data(), one.size() * sizeof(float)) == 0);
+    }
+    CHECK(failures > 10);  // the growth's allocations were each made to fail
 }

@@ -148,3 +148,28 @@ TEST_CASE("README snippets: 16-bit KV caches, partial results and merge", "[read
     for (std::size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::abs(out[i] - one[i]));
     CHECK(worst <= 2e-6f);  // to float rounding (|v| ≤ 1)
 }
+
+TEST_CASE("engine docs snippet: a workspace per calling thread", "[readme][engine][attention][workspace]") {
+    const std::size_t tokens = 200, q_heads = 8, kv_heads = 2, head_dim = 64;
+    std::vector<float> k(tokens * kv_heads * head_dim), v(k.size()), qs(q_heads * head_dim), outs(qs.size()), plain(qs.size());
+    for (std::size_t i = 0; i < k.size(); ++i) k[i] = std::sin(0.29f * static_cast<float>(i)), v[i] = std::cos(0.13f * static_cast<float>(i));
+    for (std::size_t i = 0; i < qs.size(); ++i) qs[i] = std::sin(0.41f * static_cast<float>(i));
+    posenc::rotary<posenc::half_split> rope({.head_dim = head_dim}, posenc::default_rope{});
+    posenc::kv_cache cache(rope, {.kv_heads = kv_heads, .head_dim = head_dim, .capacity = tokens});
+    cache.append(posenc::heads_view<const float>(k.data(), {tokens - 1, kv_heads, head_dim}),
+                 posenc::heads_view<const float>(v.data(), {tokens - 1, kv_heads, head_dim}),
+                 posenc::position_ids::consecutive(0, tokens - 1));
+    const posenc::heads_view<const float> q(qs.data(), {1, q_heads, head_dim});
+    const posenc::heads_view<float> out(outs.data(), {1, q_heads, head_dim});
+    const auto q_pos = posenc::position_ids::consecutive(static_cast<std::int64_t>(tokens - 2), 1);
+
+    // --- workspace ---
+    posenc::attention_workspace ws;  // per calling thread, kept across layers and tokens
+    posenc::attention_options opt{.workspace = &ws};
+    posenc::attention(posenc::attention_encoding{rope}, q, cache, out, q_pos, posenc::causal_mask{}, opt);
+    // --- end ---
+    posenc::attention(posenc::attention_encoding{rope}, q, cache, posenc::heads_view<float>(plain.data(), {1, q_heads, head_dim}), q_pos,
+                      posenc::causal_mask{});
+    CHECK(std::memcmp(outs.data(), plain.data(), outs.size() * sizeof(float)) == 0);
+    CHECK(ws.bytes() > 0);
+}

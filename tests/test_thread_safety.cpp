@@ -373,3 +373,34 @@ TEST_CASE("kv_cache: one filled cache read by many threads at once, and a cache 
     const auto own_got = on_threads([&](unsigned i) { return own_cache_work(rope, i); });
     CHECK(require_all_equal(own_got, [&](unsigned i) { return own_expected[i]; }) == workers);
 }
+
+TEST_CASE("attention workspaces, one per thread, reused call after call, give single-thread results", "[concurrency][workspace]") {
+    posenc::rotary<posenc::half_split> rope({.head_dim = CD}, posenc::default_rope{});
+    posenc::kv_cache shared(rope, {.kv_heads = CH, .head_dim = CD, .capacity = 128});
+    const auto k = random_floats(CT * CH * CD, 23), v = random_floats(CT * CH * CD, 24);
+    shared.append(posenc::heads_view<const float>(std::span<const float>(k), {CT, CH, CD}),
+                  posenc::heads_view<const float>(std::span<const float>(v), {CT, CH, CD}), posenc::position_ids::consecutive(0, CT));
+    const auto& cache = shared;
+    const posenc::attention_encoding enc{rope};
+    // Each worker: decode steps and small chunks against the shared cache through its own workspace
+    // (one or two threads per call, the shape changing between calls), all outputs concatenated.
+    auto work = [&](unsigned i, bool use_workspace) {
+        posenc::attention_workspace ws;
+        std::vector<float> all;
+        for (unsigned step = 0; step < 6; ++step) {
+            const std::size_t tq = 1 + (i + step) % 3;
+            const auto q = random_floats(tq * CH * CG * CD, 40 + 7 * i + step);
+            std::vector<float> out(tq * CH * CG * CD);
+            posenc::attention(enc, posenc::heads_view<const float>(std::span<const float>(q), {tq, CH * CG, CD}), cache,
+                              posenc::heads_view<float>(std::span<float>(out), {tq, CH * CG, CD}),
+                              posenc::position_ids::consecutive(static_cast<std::int64_t>(CT) - 3, tq), posenc::causal_mask{},
+                              {.threads = 1 + (i + step) % 2, .min_fmas_per_thread = 0, .workspace = use_workspace ? &ws : nullptr});
+            all.insert(all.end(), out.begin(), out.end());
+        }
+        return all;
+    };
+    std::vector<std::vector<float>> expected;  // one thread, no workspace
+    for (unsigned i = 0; i < workers; ++i) expected.push_back(work(i, false));
+    const auto got = on_threads([&](unsigned i) { return work(i, true); });
+    CHECK(require_all_equal(got, [&](unsigned i) { return expected[i]; }) == workers);
+}

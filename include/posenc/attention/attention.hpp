@@ -51,6 +51,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -60,6 +61,7 @@
 #include "posenc/attention/tile_loop.hpp"
 #include "posenc/attention/mask.hpp"
 #include "posenc/attention/options.hpp"
+#include "posenc/attention/workspace.hpp"
 #include "posenc/core/concepts.hpp"
 #include "posenc/core/dtypes.hpp"
 #include "posenc/core/errors.hpp"
@@ -182,9 +184,15 @@ void check_attention(const Enc& enc, const heads_view<const float>& q, const hea
     require(!views_overlap(out, k), "out", "view", "overlaps k");
     require(!views_overlap(out, v), "out", "view", "overlaps v");
     check_bias_shape(enc.bias, q.heads(), q.head_dim(), v.head_dim());
-    std::vector<float> probe(q.head_dim(), 0.0f);
+    // A zero row to probe the transform with: on the stack for the usual head sizes (a decode step
+    // with a workspace allocates nothing).
+    constexpr std::size_t local_dim = 512;
+    alignas(64) float local[local_dim];
+    std::vector<float> heap(q.head_dim() > local_dim ? q.head_dim() : 0);
+    float* const probe = heap.empty() ? local : heap.data();
+    std::fill_n(probe, q.head_dim(), 0.0f);
     if (q.tokens() == 0) {  // the transform still checks q's shape (head_dim): an empty view of it
-        transform_queries(enc.transform, heads_view<float>(probe.data(), {0, 1, q.head_dim()}), position_ids::consecutive(0, 0));
+        transform_queries(enc.transform, heads_view<float>(probe, {0, 1, q.head_dim()}), position_ids::consecutive(0, 0));
         return;
     }
     // The scale and the transform at the extreme positions: what a position can make them reject
@@ -194,7 +202,7 @@ void check_attention(const Enc& enc, const heads_view<const float>& q, const hea
         const double s = enc.scale.scale(p, q.head_dim());
         require(std::isfinite(s) && s > 0.0, "scale", s, "must be finite and > 0");
     }
-    const heads_view<float> row(probe.data(), {1, 1, q.head_dim()});
+    const heads_view<float> row(probe, {1, 1, q.head_dim()});
     for (std::int64_t p : {qlo, qhi}) transform_queries(enc.transform, row, position_ids::constant(p, 1));
     if (!opt.keys_transformed && k.tokens() > 0) {
         const auto [klo, khi] = kpos.bounds();
@@ -279,9 +287,17 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
     const std::size_t units = split ? items * sh.segments : items;
     const auto threads = static_cast<unsigned>(std::min(wanted, units));
 
-    std::vector<attn_scratch> scratch;  // allocated here, before any thread starts
-    scratch.reserve(threads);
-    for (unsigned i = 0; i < threads; ++i) scratch.emplace_back(sh, call.key_copy(), false);
+    // Allocated here (or taken from the caller's workspace), before any thread starts.
+    const attn_scratch_shape scratch_shape(sh, call.key_copy());
+    std::vector<attn_scratch> own;
+    std::optional<workspace_access::lease> lease;
+    if (opt.workspace) {
+        lease.emplace(*opt.workspace, scratch_shape, threads);
+    } else {
+        own.reserve(threads);
+        for (unsigned i = 0; i < threads; ++i) own.emplace_back(scratch_shape);
+    }
+    std::vector<attn_scratch>& scratch = lease ? lease->scratch() : own;
     const attn_sink_and_lse extra{opt.sinks, lse};
 
     if (!split) {

@@ -72,6 +72,8 @@ struct attention_encoding {
         : transform(std::move(t)), bias(std::move(b)), scale(std::move(s)) {}
 };
 
+class attention_workspace;
+
 struct attention_options {
     /// Gemma-2's attn_logit_softcapping c: logits ← c·tanh(logit/c), after scale and bias, before the
     /// mask. 0 = off.
@@ -101,6 +103,10 @@ struct attention_options {
     /// std::thread per call); empty: posenc's. Not called when the call runs on one thread. The
     /// result is the same either way.
     ::posenc::executor executor{};
+    /// Tile buffers kept between calls (attention/workspace.hpp): a call whose tile shape and thread
+    /// count the workspace already holds allocates none of them. One call at a time (copies of these
+    /// options share it: one workspace per calling thread); null: each call allocates its own.
+    attention_workspace* workspace = nullptr;
 };
 
 }  // namespace posenc

@@ -169,6 +169,16 @@ struct attn_state {
     float* acc;
 };
 
+/// What a thread's scratch is sized by (a workspace keeps buffers while they are large enough for it).
+struct attn_scratch_shape {
+    std::size_t rows_pad = 0, D = 0, Dv = 0, acc_stride = 0, tile_tokens = 0, G = 0;
+    bool key_copy = false;
+    attn_scratch_shape() = default;
+    attn_scratch_shape(const attn_shape& sh, bool copy_keys)
+        : rows_pad(sh.rows_pad), D(sh.D), Dv(sh.Dv), acc_stride(sh.acc_stride), tile_tokens(sh.tile_tokens), G(sh.G),
+          key_copy(copy_keys) {}
+};
+
 /// One thread's scratch: everything the kernel needs besides the caller's buffers. `krot` holds a
 /// key tile when keys are transformed or widened, `vbuf` a widened value tile, `alpha` the softmax
 /// step's rescale factors (applied by the pv step as it loads acc), `row_keys` how far into a tile
@@ -180,13 +190,19 @@ struct attn_scratch {
     std::size_t terms_stride;  // a distance bias's terms per head: a tile's keys + its query span
     std::vector<double> terms;
     std::vector<float> terms_f;  // the same terms as floats where each is exactly one (terms_as_floats)
-    attn_scratch(const attn_shape& sh, bool key_copy, bool value_copy)
+    explicit attn_scratch(const attn_scratch_shape& sh)
         : q(sh.rows_pad * sh.D), kt(sh.D * simd::attn_key_tile), s(sh.rows_pad * simd::attn_key_tile),
-          acc(sh.rows_pad * sh.acc_stride), krot(key_copy ? simd::attn_key_tile * sh.D : 0),
-          vbuf(value_copy || sh.rows_pad > 2 * simd::attn_row_block ? simd::attn_key_tile * sh.Dv : 0), total_acc(sh.rows_pad * sh.acc_stride), m(sh.rows_pad),
+          acc(sh.rows_pad * sh.acc_stride), krot(sh.key_copy ? simd::attn_key_tile * sh.D : 0),
+          vbuf(sh.rows_pad > 2 * simd::attn_row_block ? simd::attn_key_tile * sh.Dv : 0), total_acc(sh.rows_pad * sh.acc_stride), m(sh.rows_pad),
           l(sh.rows_pad), alpha(sh.rows_pad), scale(sh.tile_tokens), row_scale(sh.rows_pad), total_m(sh.rows_pad), total_l(sh.rows_pad),
           row_keys(sh.rows_pad), terms_stride(simd::attn_key_tile + sh.tile_tokens), terms(sh.G * terms_stride),
           terms_f(sh.G * terms_stride) {}
+    [[nodiscard]] std::size_t bytes() const noexcept {
+        std::size_t n = 0;
+        for (const auto* f : {&q, &kt, &s, &acc, &krot, &vbuf, &total_acc}) n += f->size() * sizeof(float);
+        for (const auto* f : {&m, &l, &alpha, &scale, &row_scale, &total_m, &total_l, &terms_f}) n += f->size() * sizeof(float);
+        return n + row_keys.size() * sizeof(std::size_t) + terms.size() * sizeof(double);
+    }
     [[nodiscard]] attn_state segment() noexcept { return {m.data(), l.data(), acc.data()}; }
     [[nodiscard]] attn_state total() noexcept { return {total_m.data(), total_l.data(), total_acc.data()}; }
 };
