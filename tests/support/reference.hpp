@@ -114,7 +114,8 @@ inline double max_abs(const std::vector<float>& x) {
 }
 
 /// Bit-for-bit equality (so -0 ≠ +0 and equal NaNs count as equal).
-inline bool same_bits(const float* a, const float* b, std::size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+/// (n = 0 compares nothing: an empty vector's data() may be null, which memcmp must not get.)
+inline bool same_bits(const float* a, const float* b, std::size_t n) { return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0; }
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && same_bits(a.data(), b.data(), a.size());
 }
