@@ -369,10 +369,9 @@ TEST_CASE("decode with a warmed workspace allocates nothing", "[attention][memor
 }
 
 TEST_CASE("a workspace whose buffers fail to grow keeps the old ones and stays usable", "[attention][memory][workspace][errors]") {
-    // A workspace holding decode buffers; a prefill (larger tiles) fails at its 1st, 2nd, ... allocation:
-    // each time the call throws bad_alloc, out keeps its values, and the next decode through the
-    // workspace gives the bits of a decode without one. (On the caller's thread: a failure while
-    // threads start is another matter.)
+    // A workspace holding one-thread decode buffers; a prefill on 2 threads (larger tiles, more threads)
+    // fails at its 1st, 2nd, ... allocation: each time the call throws bad_alloc, out keeps its values,
+    // and the next decode through the workspace gives the bits of a decode without one.
     const std::size_t Hq = 4, Hkv = 1, D = 32, T = 160;
     const auto p = posenc_test::make_attn_problem(T, T, Hq, Hkv, D, D, 11);
     const posenc::heads_view<const float> Q(p.q.data(), {T, Hq, D}), K(p.k.data(), {T, Hkv, D}), V(p.v.data(), {T, Hkv, D});
@@ -387,13 +386,18 @@ TEST_CASE("a workspace whose buffers fail to grow keeps the old ones and stays u
     };
     decode(plain, nullptr);
     decode(one, &ws);
+    // OpenMP's runtime starts at its first parallel region; libomp 14 does not survive an operator new
+    // that throws during that start (it spins on its own initialisation lock forever), so it starts here.
+    posenc::attention(enc, Q, K, V, posenc::heads_view<float>(big.data(), {T, Hq, D}), pos, pos, posenc::causal_mask{},
+                      {.threads = 2, .min_fmas_per_thread = 0});
+    std::fill(big.begin(), big.end(), 4.0f);
     std::size_t failures = 0;
     for (long n = 0; n < 200; ++n) {
         fail_after = n;
         bool failed = false;
         try {
             posenc::attention(enc, Q, K, V, posenc::heads_view<float>(big.data(), {T, Hq, D}), pos, pos, posenc::causal_mask{},
-                              {.workspace = &ws});
+                              {.threads = 2, .min_fmas_per_thread = 0, .workspace = &ws});
         } catch (const std::bad_alloc&) {
             failed = true;
         }

@@ -43,18 +43,14 @@ public:
     /// Moves the buffers (neither workspace may be in use by a call).
     attention_workspace(attention_workspace&& o) noexcept
         : scratch_(std::move(o.scratch_)), shape_(o.shape_), bytes_(o.bytes_) {
-        o.scratch_.clear();
-        o.shape_ = {};
-        o.bytes_ = 0;
+        o.clear();
     }
     attention_workspace& operator=(attention_workspace&& o) noexcept {
         if (this != &o) {
             scratch_ = std::move(o.scratch_);
             shape_ = o.shape_;
             bytes_ = o.bytes_;
-            o.scratch_.clear();
-            o.shape_ = {};
-            o.bytes_ = 0;
+            o.clear();
         }
         return *this;
     }
@@ -77,6 +73,11 @@ private:
 };
 
 namespace detail {
+
+// bytes() names attn_scratch's members one by one: a member added there must be counted there too.
+static_assert(sizeof(attn_scratch) == 7 * sizeof(attn_floats) + 7 * sizeof(std::vector<float>) + sizeof(std::vector<std::size_t>) +
+                                          sizeof(std::size_t) + sizeof(std::vector<double>) + sizeof(std::vector<float>),
+              "attn_scratch::bytes() counts each member of attn_scratch");
 
 /// What attention_items does with a workspace: takes it for the call (released by the destructor)
 /// and hands out `threads` buffers shaped for `shape`.
@@ -105,7 +106,7 @@ struct workspace_access {
             try {
                 if (!covers(ws.shape_, shape) || ws.scratch_.size() < threads) {
                     // Built aside and swapped in: an allocation that fails leaves the old buffers as they were.
-                    const attn_scratch_shape grown = ws.scratch_.empty() ? shape : joined(ws.shape_, shape);
+                    const attn_scratch_shape grown = joined(ws.shape_, shape);  // an empty workspace's shape_ is all zeros
                     const std::size_t n = threads > ws.scratch_.size() ? threads : ws.scratch_.size();
                     std::vector<attn_scratch> fresh;
                     fresh.reserve(n);
