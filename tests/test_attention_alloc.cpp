@@ -6,6 +6,7 @@
 // decode at T = 8192 and 32768. The one-token rotary call's none is counted here too (the program's
 // only counting operator new).
 #include <posenc/attention/attention.hpp>
+#include <posenc/attention/layer.hpp>
 #include <posenc/attention/partial.hpp>
 #include <posenc/attention/shaw.hpp>
 #include <posenc/grad/attention.hpp>
@@ -366,6 +367,36 @@ TEST_CASE("decode with a warmed workspace allocates nothing", "[attention][memor
     CHECK(allocations_of(decode, chunk, decode, chunk) == 0);
     const auto without = [&] { posenc::attention(enc, Q, cache, O, qpos, posenc::causal_mask{}); };
     CHECK(allocations_of(without) > 0);
+}
+
+TEST_CASE("a decode step through attention_layers sharing a warmed workspace allocates nothing", "[attention][memory][decode][workspace]") {
+    // An engine's step over its layers (a RoPE layer with a sliding window, a NoPE layer, bf16 caches):
+    // each layer appends the token's K/V and attends; one workspace serves both.
+    const std::size_t H = 8, Hkv = 2, D = 64, T = 200;
+    const posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{});
+    const posenc::attention_layer_shape shape{.heads = H, .kv_heads = Hkv, .head_dim = D, .value_dim = 0, .capacity = T + 8};
+    const auto p = posenc_test::make_attn_problem(T + 4, T + 4, H, Hkv, D, D, 13);
+    posenc::attention_workspace ws;
+    std::vector<posenc::basic_attention_layer<posenc::bf16>> layers;
+    layers.emplace_back(rope, posenc::sliding_window_mask{.window = 128}, posenc::any_scale{}, shape,
+                        posenc::attention_layer_options{.workspace = &ws});
+    layers.emplace_back(std::nullopt, posenc::causal_mask{}, posenc::any_scale{}, shape,
+                        posenc::attention_layer_options{.workspace = &ws});
+    std::vector<float> out((T + 4) * H * D);
+    std::size_t t0 = 0;  // the next token
+    const auto step = [&](std::size_t n) {
+        const auto pos = posenc::position_ids::consecutive(static_cast<std::int64_t>(t0), n);
+        for (auto& layer : layers) {
+            layer.append(posenc::heads_view<const float>(p.k.data() + t0 * Hkv * D, {n, Hkv, D}),
+                         posenc::heads_view<const float>(p.v.data() + t0 * Hkv * D, {n, Hkv, D}), pos);
+            layer.attend(posenc::heads_view<const float>(p.q.data() + t0 * H * D, {n, H, D}), pos,
+                         posenc::heads_view<float>(out.data() + t0 * H * D, {n, H, D}));
+        }
+        t0 += n;
+    };
+    step(T);  // the prompt
+    CHECK(allocations_of([&] { step(1); }) == 0);  // (its first step, uncounted, fits the buffers to a decode)
+    CHECK(t0 == T + 2);
 }
 
 TEST_CASE("a workspace whose buffers fail to grow keeps the old ones and stays usable", "[attention][memory][workspace][errors]") {

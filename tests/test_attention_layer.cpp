@@ -15,6 +15,7 @@
 #include <posenc/attention/attention.hpp>
 #include <posenc/attention/kv_cache.hpp>
 #include <posenc/attention/layer.hpp>
+#include <posenc/attention/workspace.hpp>
 #include <posenc/hf/attention_layer.hpp>
 
 #include <nlohmann/json.hpp>
@@ -405,4 +406,41 @@ TEST_CASE("attention_layer<bf16>: a bf16 cache and the engine's executor give th
     CHECK(same_bits(out, ref));
     CHECK(tasks > 0);  // so did the attention
     static_assert(std::is_same_v<decltype(pooled.keys()), posenc::heads_view<const posenc::bf16>>);
+}
+
+TEST_CASE("attention_layers sharing one workspace give the bits of layers without one", "[attention_layer][workspace]") {
+    // An engine's loop: a RoPE layer with a sliding window and a NoPE layer (different tile shapes
+    // through one workspace), float and bf16 caches, a prompt of 40 tokens then decode steps, on 1 and
+    // 3 threads; the same layers without a workspace give the expected bits.
+    const std::size_t H = 8, Hkv = 2, D = 32, T = 40, steps = 3;
+    const posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{.base = 10000});
+    const posenc::attention_layer_shape shape{.heads = H, .kv_heads = Hkv, .head_dim = D, .value_dim = 0, .capacity = 64};
+    const problem p = make_problem(T + steps, H, Hkv, D, 0, 1, 53);
+    auto run = [&]<class Storage>(posenc::attention_workspace* ws, unsigned threads, Storage) {
+        std::vector<posenc::basic_attention_layer<Storage>> layers;
+        layers.emplace_back(rope, posenc::sliding_window_mask{.window = 16}, posenc::any_scale{}, shape,
+                            posenc::attention_layer_options{.threads = threads, .workspace = ws});
+        layers.emplace_back(std::nullopt, posenc::causal_mask{}, posenc::any_scale{}, shape);
+        layers.back().set_threads(threads);
+        layers.back().set_workspace(ws);
+        std::vector<float> out((T + steps) * H * D);
+        for (auto& layer : layers) {
+            CHECK(layer.workspace() == ws);
+            layer.prefill(cview_of(p.q, 0, T, H, D), cview_of(p.k, 0, T, Hkv, D), cview_of(p.v, 0, T, Hkv, D),
+                          posenc::position_ids::consecutive(0, T), view_of(out, 0, T, H, D));
+            for (std::size_t t = T; t < T + steps; ++t) {
+                const auto pos = posenc::position_ids::consecutive(static_cast<std::int64_t>(t), 1);
+                layer.append(cview_of(p.k, t, 1, Hkv, D), cview_of(p.v, t, 1, Hkv, D), pos);
+                layer.attend(cview_of(p.q, t, 1, H, D), pos, view_of(out, t, 1, H, D));
+            }
+        }
+        return out;
+    };
+    for (unsigned threads : {1u, 3u}) {
+        INFO("threads " << threads);
+        posenc::attention_workspace ws;
+        CHECK(same_bits(run(&ws, threads, float{}), run(nullptr, threads, float{})));
+        CHECK(same_bits(run(&ws, threads, posenc::bf16{}), run(nullptr, threads, posenc::bf16{})));
+        CHECK(ws.bytes() > 0);
+    }
 }

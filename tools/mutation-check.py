@@ -296,6 +296,8 @@ MUTANTS = [
      "workspace: a second call on a workspace in use not refused"),
     ("attention/workspace.hpp", "~lease() { ws_.busy_.store(false, std::memory_order_release); }", "~lease() {}",
      "workspace: never released after a call"),
+    ("attention/layer.hpp", "        o.workspace = opt_.workspace;\n", "",
+     "attention_layer: its workspace never reaches attention (every call allocates)"),
     ("attention/tile_loop.hpp", "acc[d] = static_cast<float>(acc[d] * a + sacc[d] * b);",
      "acc[d] = static_cast<float>(acc[d] + sacc[d] * b);", "key segments folded without rescaling the total"),
     ("attention/tile_loop.hpp", "extra.lse[(t.t0 + i) * sh.Hq + head] = static_cast<float>(m + std::log(l));",

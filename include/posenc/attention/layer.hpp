@@ -9,6 +9,7 @@
 //   layer.prefill(q, k, v, positions, out);   // K/V into the layer's cache, then the queries against it
 //   layer.attend(q1, next, out1);             // a decode step after layer.append(k1, v1, next)
 //   layer.context_shift(4, 2044);
+//   layer.set_workspace(&ws);                 // an attention_workspace: attend allocates no tile buffers
 //
 // From a config: posenc/hf/attention_layer.hpp (hf::make_attention_layers).
 //
@@ -41,6 +42,7 @@
 #include "posenc/attention/kv_cache.hpp"
 #include "posenc/attention/mask.hpp"
 #include "posenc/attention/options.hpp"
+#include "posenc/attention/workspace.hpp"
 #include "posenc/core/errors.hpp"
 #include "posenc/core/detail/lifetimebound.hpp"
 #include "posenc/logit/nope.hpp"
@@ -143,6 +145,9 @@ struct attention_layer_options {
     unsigned threads = 1;       ///< attention's threads and the cache append's (bit-identical for any count)
     executor executor_fn{};     ///< runs those threads on the engine's pool (attention_options::executor)
     std::size_t min_fmas_per_thread = std::size_t{1} << 21;  ///< attention_options::min_fmas_per_thread
+    /// The calling thread's tile buffers (attention_options::workspace), not owned: one can serve every
+    /// layer that thread runs; layers attended from several threads at once need one each (set_workspace).
+    attention_workspace* workspace = nullptr;
 };
 
 /// The layer with K/V cached as Storage (float, bf16 or fp16: kv_cache<Transform, Storage>); an
@@ -183,6 +188,7 @@ public:
     /// Whether the model has learned sinks (attend throws until set_sinks gives them).
     [[nodiscard]] bool needs_sinks() const noexcept { return opt_.needs_sinks; }
     [[nodiscard]] unsigned threads() const noexcept { return opt_.threads; }
+    [[nodiscard]] attention_workspace* workspace() const noexcept { return opt_.workspace; }
 
     /// One finite logit per query head (copied); empty removes them.
     void set_sinks(std::span<const float> sinks) {
@@ -206,6 +212,9 @@ public:
             if constexpr (requires { s.cache.set_executor(opt_.executor_fn); }) s.cache.set_executor(opt_.executor_fn);
         });
     }
+
+    /// The workspace attend and prefill pass to attention (nullptr: each call allocates its buffers).
+    void set_workspace(attention_workspace* ws) noexcept { opt_.workspace = ws; }
 
     // ---- the cache ---------------------------------------------------------------------------------
     [[nodiscard]] std::size_t size() const noexcept { return with([](const auto& s) { return s.cache.size(); }); }
@@ -298,6 +307,7 @@ private:
         attention_options o{.softcap = opt_.softcap, .sinks = opt_.sinks, .threads = opt_.threads,
                             .min_fmas_per_thread = opt_.min_fmas_per_thread};
         o.executor = opt_.executor_fn;
+        o.workspace = opt_.workspace;
         return o;
     }
 
