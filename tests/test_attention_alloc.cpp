@@ -332,9 +332,8 @@ TEST_CASE("attention_backward's Shaw parameter gradients in waves need memory in
 
 TEST_CASE("decode with a warmed workspace allocates nothing", "[attention][memory][decode][workspace]") {
     // An engine's steady state: one token's 8 query heads against a float and a bf16 kv_cache of 300
-    // tokens (RoPE, causal) on the caller's thread. (A decode split over key segments on several
-    // threads still allocates its segments' states per call.) The same call without a workspace
-    // allocates: the count sees it.
+    // tokens (RoPE, causal) on the caller's thread. The same call without a workspace allocates: the
+    // count sees it.
     const std::size_t Hq = 8, Hkv = 2, D = 64, T = 300;
     const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
     const auto p = posenc_test::make_attn_problem(1, T, Hq, Hkv, D, D, 9);
@@ -367,6 +366,38 @@ TEST_CASE("decode with a warmed workspace allocates nothing", "[attention][memor
     CHECK(allocations_of(decode, chunk, decode, chunk) == 0);
     const auto without = [&] { posenc::attention(enc, Q, cache, O, qpos, posenc::causal_mask{}); };
     CHECK(allocations_of(without) > 0);
+}
+
+TEST_CASE("a decode split over key segments on an engine's threads allocates nothing with a warmed workspace",
+          "[attention][memory][decode][workspace][threads]") {
+    // 4 threads for 2 kv heads against 3000 cached keys: the items are fewer than the threads, so the
+    // call splits the keys (3 segments) and folds the segments' softmax states, kept in the workspace.
+    // The executor is the engine's: here it runs the tasks on the calling thread, and allocates nothing.
+    const std::size_t Hq = 8, Hkv = 2, D = 64, T = 3000;
+    const auto p = posenc_test::make_attn_problem(1, T, Hq, Hkv, D, D, 17);
+    const auto k16 = posenc_test::to_storage<posenc::bf16>(p.k), v16 = posenc_test::to_storage<posenc::bf16>(p.v);
+    std::vector<float> out(Hq * D), plain(Hq * D);
+    std::size_t tasks = 0;
+    const posenc::executor serial = [&tasks](std::size_t n, const std::function<void(std::size_t)>& task) {
+        tasks += n;
+        for (std::size_t i = 0; i < n; ++i) task(i);
+    };
+    const posenc::attention_encoding enc{posenc::nope{}};
+    posenc::attention_workspace ws;
+    posenc::attention_options opt{.threads = 4, .min_fmas_per_thread = 0};
+    opt.executor = serial;
+    const auto decode = [&](std::vector<float>& o) {
+        posenc::attention(enc, posenc::heads_view<const float>(p.q.data(), {1, Hq, D}),
+                          posenc::heads_view<const posenc::bf16>(k16.data(), {T, Hkv, D}),
+                          posenc::heads_view<const posenc::bf16>(v16.data(), {T, Hkv, D}),
+                          posenc::heads_view<float>(o.data(), {1, Hq, D}), posenc::position_ids::consecutive(T - 1, 1),
+                          posenc::position_ids::consecutive(0, T), posenc::causal_mask{}, opt);
+    };
+    decode(plain);
+    CHECK(tasks > 0);  // the executor ran the call's threads
+    opt.workspace = &ws;
+    CHECK(allocations_of([&] { decode(out); }) == 0);
+    CHECK(std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("a decode step through attention_layers sharing a warmed workspace allocates nothing", "[attention][memory][decode][workspace]") {

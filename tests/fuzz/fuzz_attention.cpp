@@ -1,8 +1,9 @@
 // libFuzzer target: posenc::attention and kv_cache driven by random (small, bounded) shapes,
 // strides, buffer sizes, positions (out of range, negative, duplicates, int32/int64/consecutive/
 // constant), masks, encodings (NoPE, any_rotary in both layouts, a cos/sin table; no bias, ALiBi in
-// both orders, T5, Shaw) and options (softcap, sinks, sequence ids, keys_transformed, threads), and by
-// kv_cache append / context_shift / clear / attention sequences against its capacity.
+// both orders, T5, Shaw) and options (softcap, sinks, sequence ids, keys_transformed, threads, a
+// workspace every input may reuse), and by kv_cache append / context_shift / clear / attention
+// sequences against its capacity.
 // Property: a call either throws posenc::error and leaves every byte of the output buffer (and of the
 // cache) as it was, or it returns having written only the lanes of `out`'s view (guard floats after
 // the buffer, stride gaps unchanged) and, when the inputs are finite and in the documented ranges,

@@ -7,6 +7,7 @@
 #include <posenc/attention/kv_cache.hpp>
 #include <posenc/attention/partial.hpp>
 #include <posenc/attention/shaw.hpp>
+#include <posenc/attention/workspace.hpp>
 #include <posenc/posenc.hpp>
 
 #include <fuzzer/FuzzedDataProvider.h>
@@ -217,6 +218,12 @@ inline fuzz_scale make_scale(FuzzedDataProvider& in, sane_flag& sane) {
 }
 
 /// Options of a call: softcap, sinks, sequence ids, threads (the vectors outlive the spans).
+/// One workspace for the whole run: a call may reuse buffers sized by any earlier input's shapes.
+inline posenc::attention_workspace& fuzz_workspace() {
+    static posenc::attention_workspace ws;
+    return ws;
+}
+
 struct fuzz_options {
     std::vector<float> sinks;
     std::vector<std::int32_t> qseq, kseq;
@@ -240,6 +247,7 @@ struct fuzz_options {
         }
         opt.keys_transformed = in.ConsumeBool();
         opt.threads = in.ConsumeIntegralInRange(0u, 3u);
+        if (in.ConsumeBool()) opt.workspace = &fuzz_workspace();
     }
 };
 

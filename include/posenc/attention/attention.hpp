@@ -324,20 +324,23 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
     const std::size_t R = sh.rows_pad;
     const std::size_t per_state = R * sh.acc_stride + (2 * R + 15) / 16 * 16;  // acc first: 64-byte aligned
     const std::size_t wave = std::min<std::size_t>(units, 4 * std::size_t{threads});
-    const uninitialized_floats states(wave * per_state), totals(items * per_state);
+    std::optional<uninitialized_floats> own_states;
+    float* const states = lease ? lease->split_states((wave + items) * per_state)
+                                : own_states.emplace((wave + items) * per_state).get();
+    float* const totals = states + wave * per_state;
     auto state_at = [&](float* base) { return attn_state{base + R * sh.acc_stride, base + R * sh.acc_stride + R, base}; };
     auto rows_of = [&](std::size_t item) { return std::min(sh.tile_tokens, sh.Tq - item / sh.Hkv * sh.tile_tokens) * sh.G; };
-    for (std::size_t item = 0; item < items; ++item) clear_total(state_at(totals.get() + item * per_state), rows_of(item));
+    for (std::size_t item = 0; item < items; ++item) clear_total(state_at(totals + item * per_state), rows_of(item));
     for (std::size_t first = 0; first < units; first += wave) {
         const std::size_t n = std::min(wave, units - first);
         run_units(threads, opt, n, [&](std::size_t i, std::size_t tid) {
             const std::size_t unit = first + i;
             const attn_query_tile t = call.load_queries(unit / sh.segments, scratch[tid]);
-            call.run_segment(t, unit % sh.segments, scratch[tid], state_at(states.get() + i * per_state));
+            call.run_segment(t, unit % sh.segments, scratch[tid], state_at(states + i * per_state));
         });
         for (std::size_t i = 0; i < n; ++i) {
             const std::size_t item = (first + i) / sh.segments;
-            fold_segment(state_at(totals.get() + item * per_state), state_at(states.get() + i * per_state), rows_of(item), sh.Dv,
+            fold_segment(state_at(totals + item * per_state), state_at(states + i * per_state), rows_of(item), sh.Dv,
                          sh.acc_stride);
         }
     }
@@ -347,7 +350,7 @@ void attention_items(const simd::attn_kernels& ker, const Enc& enc, const heads_
         t.t0 = item / sh.Hkv * sh.tile_tokens;
         t.nq = std::min(sh.tile_tokens, sh.Tq - t.t0);
         t.R = t.nq * sh.G;
-        finish_rows(t, state_at(totals.get() + item * per_state), sh, out, extra);
+        finish_rows(t, state_at(totals + item * per_state), sh, out, extra);
     }
 }
 

@@ -12,9 +12,10 @@
 //   for (...) posenc::attention(enc, q, cache, out, q_pos, posenc::causal_mask{}, opt);  // decode steps
 //
 // The result is bit-identical with or without a workspace (every buffer a call reads it wrote first
-// in that call). What still allocates per call: the split-KV states of a decode spread over several
-// threads, the staged output of a policy that may throw inside a call, the threads themselves (without
-// an executor), a check's probe row when head_dim > 512. attention_backward does not use a workspace.
+// in that call). It also keeps the softmax states of a decode split over key segments on several
+// threads. What still allocates per call: the staged output of a policy that may throw inside a call,
+// the threads themselves (without an executor), a check's probe row when head_dim > 512.
+// attention_backward does not use a workspace.
 //
 // A workspace serves one call at a time: a call that finds it in use (another thread's call, or a
 // call made from inside a policy of the call using it) throws config_error (key options.workspace)
@@ -42,33 +43,37 @@ public:
     attention_workspace& operator=(const attention_workspace&) = delete;
     /// Moves the buffers (neither workspace may be in use by a call).
     attention_workspace(attention_workspace&& o) noexcept
-        : scratch_(std::move(o.scratch_)), shape_(o.shape_), bytes_(o.bytes_) {
+        : scratch_(std::move(o.scratch_)), shape_(o.shape_), split_states_(std::move(o.split_states_)) {
         o.clear();
     }
     attention_workspace& operator=(attention_workspace&& o) noexcept {
         if (this != &o) {
             scratch_ = std::move(o.scratch_);
             shape_ = o.shape_;
-            bytes_ = o.bytes_;
+            split_states_ = std::move(o.split_states_);
             o.clear();
         }
         return *this;
     }
 
     /// The bytes of buffers it holds (0 before its first call); read it between calls.
-    [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+    [[nodiscard]] std::size_t bytes() const noexcept {
+        std::size_t n = split_states_.size() * sizeof(float);
+        for (const detail::attn_scratch& s : scratch_) n += s.bytes();
+        return n;
+    }
     /// Frees the buffers (not while a call uses it); the next call allocates them again.
     void clear() noexcept {
         scratch_ = {};
         shape_ = {};
-        bytes_ = 0;
+        split_states_ = {};
     }
 
 private:
     friend struct detail::workspace_access;
     std::vector<detail::attn_scratch> scratch_;
     detail::attn_scratch_shape shape_{};
-    std::size_t bytes_ = 0;
+    detail::attn_floats split_states_;
     std::atomic<bool> busy_{false};
 };
 
@@ -113,8 +118,6 @@ struct workspace_access {
                     for (std::size_t i = 0; i < n; ++i) fresh.emplace_back(grown);
                     ws.scratch_.swap(fresh);
                     ws.shape_ = grown;
-                    ws.bytes_ = 0;
-                    for (const attn_scratch& s : ws.scratch_) ws.bytes_ += s.bytes();
                 }
             } catch (...) {
                 ws.busy_.store(false, std::memory_order_release);
@@ -125,6 +128,14 @@ struct workspace_access {
         lease(const lease&) = delete;
         lease& operator=(const lease&) = delete;
         [[nodiscard]] std::vector<attn_scratch>& scratch() const noexcept { return ws_.scratch_; }
+        /// At least n floats for a split call's softmax states (grown, contents not kept, when shorter).
+        [[nodiscard]] float* split_states(std::size_t n) const {
+            if (ws_.split_states_.size() < n) {
+                detail::attn_floats grown(n);  // a failed allocation keeps the old buffer
+                ws_.split_states_.swap(grown);
+            }
+            return ws_.split_states_.data();
+        }
 
     private:
         attention_workspace& ws_;
