@@ -1,10 +1,10 @@
-// A one-token call with a computed row (decode) has a path of its own: half-split float heads in
-// place are rotated a column or two of the row at a time while the next are computed
+// A one-token call with a computed row (decode) has a path of its own: float heads in place, in
+// either layout, are rotated a column or two of the row at a time while the next are computed
 // (simd/kernels.hpp, rotate_while_computing_row). On every SIMD architecture this CPU runs, a
 // one-token call must equal the general path bit for bit — the same token at the same position
 // first in a two-token call — and the closed form in double; so must every case the column path
-// leaves to the general one (interleaved, out of place, too many heads for L1, Q and K sharing
-// memory, far positions, angles beyond the vector reduction).
+// leaves to the general one (out of place, too many heads for L1, Q and K sharing memory, far
+// positions, angles beyond the vector reduction).
 #include <posenc/posenc.hpp>
 
 #include <cmath>

@@ -9,9 +9,9 @@
 // per-head RMSNorm), rotate in float32, round once to the destination type and write it (in place or
 // to another buffer: one read and one write). A head's chunk (up to `unroll` vectors per half) is
 // loaded completely before it is stored: interleaved loads and stores halved the 512-bit loop's speed.
-// A one-token half-split call over float heads in place (decode) instead rotates every head a column
-// or two of the row at a time while the next are computed (rotate_while_computing_row), so that the
-// row's latency hides behind the stores; same operations, same bits.
+// A one-token call over float heads in place (decode) instead rotates every head a column or two of
+// the row at a time while the next are computed (rotate_while_computing_row), so that the row's
+// latency hides behind the stores; same operations, same bits.
 //
 // Batch invariance: every lane of every width goes through the same operations in the same order —
 // the same FMAs (arch_ops), the cos/sin row computed by the same per-lane double formulas (prefill's
@@ -125,16 +125,17 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
     /// cores (Zen 5 has 48 KiB).
     static constexpr std::size_t column_path_bytes = 24 * 1024;
 
-    /// A one-token call whose row is computed here (decode), half-split, every view float, in place
-    /// and without a norm, the views disjoint and within column_path_bytes: every head is rotated U
-    /// columns of the row (U·W pairs; U = 2 on AVX-512 when n/W is even, else 1) at a time while the
-    /// next U columns' cos/sin are computed, so that the row's latency hides behind the heads' stores
-    /// rather than delaying every head. The same operations as cos_sin_row, the inverse's negation and
-    /// the chunks, so the same bits as the general path (NaN payloads aside: which NaN an FMA keeps
-    /// depends on its instruction form). False, nothing written, when the call is not this case.
+    /// A one-token call whose row is computed here (decode), every view float, in place and without a
+    /// norm, the views disjoint and within column_path_bytes: every head is rotated U columns of the
+    /// row (U·W pairs; U = 2 on AVX-512 when n/W is even, else 1) at a time while the next U columns'
+    /// cos/sin are computed, so that the row's latency hides behind the heads' stores rather than
+    /// delaying every head. The same operations as cos_sin_row, the inverse's negation, the
+    /// interleaved per-lane rows and the chunks, so the same bits as the general path (NaN payloads
+    /// aside: which NaN an FMA keeps depends on its instruction form). False, nothing written, when
+    /// the call is not this case.
     static bool rotate_while_computing_row(const rotate_args& a) noexcept {
         const std::size_t n = a.rotary_dim / 2;
-        if (a.tokens != 1 || a.rows || a.table || a.layout != layout_id::half_split || n == 0 || n % W != 0) return false;
+        if (a.tokens != 1 || a.rows || a.table || n == 0 || n % W != 0) return false;
         const std::int64_t pos = position(a, 0);
         if (pos > far_position || pos < -far_position) return false;
         // Out of place (a cache's strided heads, pass-through lanes to copy) was not measured this way.
@@ -154,15 +155,21 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
         const dbatch p(static_cast<double>(pos)), amp(a.amplitude);
         if (!row_base::row_within_reach(a.inv_freq, n, p)) return false;
         const bool pairs = (n / W) % 2 == 0 && rotate_base::registers >= 32;
+        const auto with_layout = [&]<bool Scaled>(std::bool_constant<Scaled>) {
+            if (a.layout == layout_id::interleaved)
+                pairs ? columns_while_computing_row<Scaled, 2, true>(a, p, amp) : columns_while_computing_row<Scaled, 1, true>(a, p, amp);
+            else
+                pairs ? columns_while_computing_row<Scaled, 2, false>(a, p, amp) : columns_while_computing_row<Scaled, 1, false>(a, p, amp);
+        };
         if (a.amplitude == 1.0)  // (× 1 changes no bits: skipped, as cos_sin_row does)
-            pairs ? columns_while_computing_row<false, 2>(a, p, amp) : columns_while_computing_row<false, 1>(a, p, amp);
+            with_layout(std::false_type{});
         else
-            pairs ? columns_while_computing_row<true, 2>(a, p, amp) : columns_while_computing_row<true, 1>(a, p, amp);
+            with_layout(std::true_type{});
         return true;
     }
 
     /// rotate_while_computing_row's loop: U columns a pass, each head revisited n/(U·W) times.
-    template <bool Scaled, std::size_t U>
+    template <bool Scaled, std::size_t U, bool Interleaved>
     [[gnu::noinline]] static void columns_while_computing_row(const rotate_args& a, const dbatch& p, const dbatch& amp) noexcept {
         const std::size_t n = a.rotary_dim / 2;
         const double* inv_freq = a.inv_freq;  // locals: the stores below may alias anything in a
@@ -176,6 +183,32 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
             if (i + U * W < n)
                 POSENC_UNROLL for (std::size_t u = 0; u < U; ++u)
                     row_base::template cos_sin_column<Scaled>(inv_freq + i + (U + u) * W, p, amp, cn[u], sn[u]);
+            if constexpr (Interleaved) {
+                // W pairs make 2W lanes: the per-lane rows run's interleaved rows are made of, the same way.
+                constexpr auto dup_low = compat::swizzle_mask<Arch, patterns::duplicate_low_half>();
+                constexpr auto dup_high = compat::swizzle_mask<Arch, patterns::duplicate_high_half>();
+                const fbatch alternate = alternating_signs();
+                fbatch cd[2 * U], sd[2 * U];
+                POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
+                    cd[2 * u] = xsimd::swizzle(cv[u], dup_low);
+                    sd[2 * u] = xsimd::swizzle(sv[u], dup_low) * alternate;
+                    cd[2 * u + 1] = xsimd::swizzle(cv[u], dup_high);
+                    sd[2 * u + 1] = xsimd::swizzle(sv[u], dup_high) * alternate;
+                }
+                for (const view_args& v : views) {
+                    if (!v.src || v.heads == 0) continue;
+                    float* x = static_cast<float*>(v.dst) + 2 * i;  // in place
+                    const std::size_t heads = v.heads, stride = v.dst_head_stride;
+                    for (std::size_t h = 0; h < heads; ++h) {
+                        float* xh = x + h * stride;
+                        fbatch xv[2 * U];
+                        POSENC_UNROLL for (std::size_t k = 0; k < 2 * U; ++k) xv[k] = fbatch::load_unaligned(xh + k * W);
+                        POSENC_UNROLL for (std::size_t k = 0; k < 2 * U; ++k)
+                            ops::store(xh + k * W, rotate_base::interleaved_rotate(xv[k], cd[k], sd[k]));
+                    }
+                }
+                continue;
+            }
             for (const view_args& v : views) {
                 if (!v.src || v.heads == 0) continue;
                 float* x = static_cast<float*>(v.dst) + i;  // in place
@@ -196,6 +229,13 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
         }
     }
 
+    /// (−1, 1, −1, 1, …): the signs of sin in the interleaved per-lane rows.
+    [[gnu::always_inline]] static fbatch alternating_signs() noexcept {
+        alignas(64) float alt[W];
+        for (std::size_t k = 0; k < W; ++k) alt[k] = k % 2 ? 1.0f : -1.0f;
+        return fbatch::load_aligned(alt);
+    }
+
     static void run(const rotate_args& a) noexcept {
         if (rotate_while_computing_row(a)) return;
         const std::size_t r = a.rotary_dim, n = r / 2;
@@ -213,12 +253,7 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
         }
         constexpr auto dup_low = compat::swizzle_mask<Arch, patterns::duplicate_low_half>();
         constexpr auto dup_high = compat::swizzle_mask<Arch, patterns::duplicate_high_half>();
-        fbatch alternate;  // (−1, 1, −1, 1, …)
-        {
-            alignas(64) float alt[W];
-            for (std::size_t k = 0; k < W; ++k) alt[k] = k % 2 ? 1.0f : -1.0f;
-            alternate = fbatch::load_aligned(alt);
-        }
+        const fbatch alternate = alternating_signs();
         // Lanes past n are loaded by the tails and the swizzles below: zero, so that padded lanes
         // stay finite (and are discarded). One vector store each: g++ made the loop two rep stos, slow
         // to start in a one-token call.
