@@ -394,25 +394,33 @@ TEST_CASE("a decode split over key segments on an engine's threads allocates not
                           posenc::position_ids::consecutive(0, T), posenc::causal_mask{}, opt);
     };
     decode(plain);
-    CHECK(tasks > 0);  // the executor ran the call's threads
+    CHECK(tasks == 4);  // the call split: 2 items alone would take 2 threads
     opt.workspace = &ws;
+    tasks = 0;
     CHECK(allocations_of([&] { decode(out); }) == 0);
+    CHECK(tasks == 2 * 4);  // (allocations_of runs the call twice)
     CHECK(std::memcmp(out.data(), plain.data(), out.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("a decode step through attention_layers sharing a warmed workspace allocates nothing", "[attention][memory][decode][workspace]") {
     // An engine's step over its layers (a RoPE layer with a sliding window, a NoPE layer, bf16 caches):
-    // each layer appends the token's K/V and attends; one workspace serves both.
+    // each layer appends the token's K/V and attends on 2 threads of the engine's executor (one that
+    // holds its pool by shared_ptr: not trivially copyable, so std::function stores it on the heap);
+    // one workspace serves both.
     const std::size_t H = 8, Hkv = 2, D = 64, T = 200;
     const posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{});
     const posenc::attention_layer_shape shape{.heads = H, .kv_heads = Hkv, .head_dim = D, .value_dim = 0, .capacity = T + 8};
     const auto p = posenc_test::make_attn_problem(T + 4, T + 4, H, Hkv, D, D, 13);
     posenc::attention_workspace ws;
+    auto tasks = std::make_shared<std::size_t>(0);
+    const posenc::executor pool = [tasks](std::size_t n, const std::function<void(std::size_t)>& task) {
+        *tasks += n;
+        for (std::size_t i = 0; i < n; ++i) task(i);
+    };
+    const posenc::attention_layer_options opt{.threads = 2, .executor_fn = pool, .min_fmas_per_thread = 0, .workspace = &ws};
     std::vector<posenc::basic_attention_layer<posenc::bf16>> layers;
-    layers.emplace_back(rope, posenc::sliding_window_mask{.window = 128}, posenc::any_scale{}, shape,
-                        posenc::attention_layer_options{.workspace = &ws});
-    layers.emplace_back(std::nullopt, posenc::causal_mask{}, posenc::any_scale{}, shape,
-                        posenc::attention_layer_options{.workspace = &ws});
+    layers.emplace_back(rope, posenc::sliding_window_mask{.window = 128}, posenc::any_scale{}, shape, opt);
+    layers.emplace_back(std::nullopt, posenc::causal_mask{}, posenc::any_scale{}, shape, opt);
     std::vector<float> out((T + 4) * H * D);
     std::size_t t0 = 0;  // the next token
     const auto step = [&](std::size_t n) {
@@ -426,8 +434,10 @@ TEST_CASE("a decode step through attention_layers sharing a warmed workspace all
         t0 += n;
     };
     step(T);  // the prompt
+    *tasks = 0;
     CHECK(allocations_of([&] { step(1); }) == 0);  // (its first step, uncounted, fits the buffers to a decode)
     CHECK(t0 == T + 2);
+    CHECK(*tasks == 2 * 2 * 2);  // 2 steps × 2 layers × 2 threads
 }
 
 TEST_CASE("a workspace whose buffers fail to grow keeps the old ones and stays usable", "[attention][memory][workspace][errors]") {
@@ -448,8 +458,9 @@ TEST_CASE("a workspace whose buffers fail to grow keeps the old ones and stays u
     };
     decode(plain, nullptr);
     decode(one, &ws);
-    // OpenMP's runtime starts at its first parallel region; libomp 14 does not survive an operator new
-    // that throws during that start (it spins on its own initialisation lock forever), so it starts here.
+    // OpenMP's runtime starts at its first parallel region, so it starts here: in clang's ASan build
+    // libomp 14 then loads LLVM's OMPT tool (libarcher), which calls operator new, and after a throw
+    // there libomp spins on its own initialisation lock forever (OMP_TOOL=disabled also avoids it).
     posenc::attention(enc, Q, K, V, posenc::heads_view<float>(big.data(), {T, Hq, D}), pos, pos, posenc::causal_mask{},
                       {.threads = 2, .min_fmas_per_thread = 0});
     std::fill(big.begin(), big.end(), 4.0f);
@@ -473,4 +484,31 @@ TEST_CASE("a workspace whose buffers fail to grow keeps the old ones and stays u
         CHECK(std::memcmp(one.data(), plain.data(), one.size() * sizeof(float)) == 0);
     }
     CHECK(failures > 10);  // the growth's allocations were each made to fail
+    // The same for a decode split over two key segments, whose softmax states grow in the workspace.
+    const auto d = posenc_test::make_attn_problem(1, 1100, Hq, Hkv, D, D, 12);
+    const auto dpos = posenc::position_ids::consecutive(0, 1100);
+    std::vector<float> split_out(Hq * D, 4.0f);
+    std::size_t split_failures = 0;
+    for (long n = 0; n < 20; ++n) {
+        fail_after = n;
+        bool failed = false;
+        try {
+            posenc::attention(enc, posenc::heads_view<const float>(d.q.data(), {1, Hq, D}),
+                              posenc::heads_view<const float>(d.k.data(), {1100, Hkv, D}),
+                              posenc::heads_view<const float>(d.v.data(), {1100, Hkv, D}),
+                              posenc::heads_view<float>(split_out.data(), {1, Hq, D}), posenc::position_ids::consecutive(1099, 1),
+                              dpos, posenc::causal_mask{}, {.threads = 2, .min_fmas_per_thread = 0, .workspace = &ws});
+        } catch (const std::bad_alloc&) {
+            failed = true;
+        }
+        fail_after = -1;
+        if (!failed) break;
+        ++split_failures;
+        CHECK(std::all_of(split_out.begin(), split_out.end(), [](float x) { return x == 4.0f; }));
+        std::fill(one.begin(), one.end(), -1.0f);
+        decode(one, &ws);
+        CHECK(std::memcmp(one.data(), plain.data(), one.size() * sizeof(float)) == 0);
+    }
+    CHECK(split_failures >= 1);
+    CHECK(std::none_of(split_out.begin(), split_out.end(), [](float x) { return x == 4.0f; }));  // then it went through
 }

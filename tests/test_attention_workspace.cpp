@@ -309,24 +309,41 @@ TEST_CASE("a workspace's buffers serve a later call only where every dimension f
 }
 
 TEST_CASE("a workspace's split-KV states grow for a call that needs more of them", "[attention][workspace][threads]") {
-    // Decode over 2100 keys (3 segments): 1 kv head on 3 threads (3 units, 1 total), then 4 kv heads
-    // on 8 threads (12 units in one wave, 4 totals), then the first again, through one workspace.
+    // A prefill on 8 threads first gives the workspace tile buffers for every call below, so that only
+    // the split states can grow after it. Then decode over 2100 keys (3 segments): 1 kv head on 3
+    // threads (3 units, 1 total), then 4 kv heads on 8 threads (12 units in one wave, 4 totals), then
+    // the first again. A counting executor shows that the decodes split (one kv head alone would run
+    // on the caller's thread).
     const std::size_t D = 16, Tk = 2100;
+    const attn_problem pre = make_attn_problem(70, 70, 16, 4, D, D, 51);
     const attn_problem one = make_attn_problem(1, Tk, 4, 1, D, D, 49), four = make_attn_problem(1, Tk, 16, 4, D, D, 50);
+    std::size_t tasks = 0;
+    const posenc::executor counting = [&tasks](std::size_t n, const std::function<void(std::size_t)>& task) {
+        tasks += n;
+        for (std::size_t i = 0; i < n; ++i) task(i);
+    };
     auto run = [&](const attn_problem& p, unsigned threads, posenc::attention_workspace* ws) {
-        std::vector<float> out(p.Hq * D);
-        posenc::attention(posenc::attention_encoding{posenc::nope{}}, posenc::heads_view<const float>(p.q.data(), {1, p.Hq, D}),
-                          posenc::heads_view<const float>(p.k.data(), {Tk, p.Hkv, D}),
-                          posenc::heads_view<const float>(p.v.data(), {Tk, p.Hkv, D}), posenc::heads_view<float>(out.data(), {1, p.Hq, D}),
-                          posenc::position_ids(p.qpos), posenc::position_ids(p.kpos), posenc::causal_mask{},
-                          {.threads = threads, .min_fmas_per_thread = 0, .workspace = ws});
+        std::vector<float> out(p.Tq * p.Hq * D);
+        posenc::attention_options opt{.threads = threads, .min_fmas_per_thread = 0, .workspace = ws};
+        opt.executor = counting;
+        tasks = 0;
+        posenc::attention(posenc::attention_encoding{posenc::nope{}}, posenc::heads_view<const float>(p.q.data(), {p.Tq, p.Hq, D}),
+                          posenc::heads_view<const float>(p.k.data(), {p.Tk, p.Hkv, D}),
+                          posenc::heads_view<const float>(p.v.data(), {p.Tk, p.Hkv, D}),
+                          posenc::heads_view<float>(out.data(), {p.Tq, p.Hq, D}), posenc::position_ids(p.qpos),
+                          posenc::position_ids(p.kpos), posenc::causal_mask{}, opt);
         return out;
     };
     const std::vector<float> want1 = run(one, 3, nullptr), want4 = run(four, 8, nullptr);
     posenc::attention_workspace ws;
+    CHECK(same_bits(run(pre, 8, &ws), run(pre, 8, nullptr)));
+    const std::size_t tiles = ws.bytes();
     CHECK(same_bits(run(one, 3, &ws), want1));
-    const std::size_t small = ws.bytes();
+    CHECK(tasks == 3);
+    const std::size_t with_one = ws.bytes();
+    CHECK(with_one > tiles);
     CHECK(same_bits(run(four, 8, &ws), want4));
-    CHECK(ws.bytes() > small);
+    CHECK(tasks == 8);
+    CHECK(ws.bytes() > with_one);
     CHECK(same_bits(run(one, 3, &ws), want1));
 }

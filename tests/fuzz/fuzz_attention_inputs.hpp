@@ -218,7 +218,8 @@ inline fuzz_scale make_scale(FuzzedDataProvider& in, sane_flag& sane) {
 }
 
 /// Options of a call: softcap, sinks, sequence ids, threads (the vectors outlive the spans).
-/// One workspace for the whole run: a call may reuse buffers sized by any earlier input's shapes.
+/// One workspace for the whole run: a call may reuse buffers sized by any earlier input's shapes. So a
+/// crash it finds may need the inputs before it: replay the corpus in order (not the crash file alone).
 inline posenc::attention_workspace& fuzz_workspace() {
     static posenc::attention_workspace ws;
     return ws;

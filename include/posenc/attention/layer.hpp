@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -147,6 +148,7 @@ struct attention_layer_options {
     std::size_t min_fmas_per_thread = std::size_t{1} << 21;  ///< attention_options::min_fmas_per_thread
     /// The calling thread's tile buffers (attention_options::workspace), not owned: one can serve every
     /// layer that thread runs; layers attended from several threads at once need one each (set_workspace).
+    /// It must outlive the layers' calls at a fixed address (a copied layer shares it).
     attention_workspace* workspace = nullptr;
 };
 
@@ -240,7 +242,8 @@ public:
     }
 
     /// out [n, heads, value_dim] = the queries q [n, heads, head_dim] at `q_positions` against every
-    /// cached key, with the layer's mask, scale, softcap and sinks.
+    /// cached key, with the layer's mask, scale, softcap and sinks. With a workspace, not at the same
+    /// time as another call using that workspace (config_error, key options.workspace, nothing written).
     void attend(heads_view<const float> q, const position_ids& q_positions, heads_view<float> out) const {
         check_queries(q);
         with([&](const auto& s) {
@@ -306,7 +309,9 @@ private:
     [[nodiscard]] attention_options options() const {
         attention_options o{.softcap = opt_.softcap, .sinks = opt_.sinks, .threads = opt_.threads,
                             .min_fmas_per_thread = opt_.min_fmas_per_thread};
-        o.executor = opt_.executor_fn;
+        // By reference: a std::function of a reference_wrapper never allocates, a copy of the
+        // engine's executor may (a lambda holding its pool by shared_ptr), on every call.
+        if (opt_.executor_fn) o.executor = std::cref(opt_.executor_fn);
         o.workspace = opt_.workspace;
         return o;
     }

@@ -107,7 +107,8 @@ struct workspace_access {
         lease(attention_workspace& ws, const attn_scratch_shape& shape, unsigned threads) : ws_(ws) {
             if (ws.busy_.exchange(true, std::memory_order_acquire))
                 throw config_error("options.workspace", "in use",
-                                   "a workspace serves one attention call at a time: give each calling thread its own");
+                                   "a workspace serves one attention call at a time: give each calling thread its own "
+                                   "(attention_layer: set_workspace)");
             try {
                 if (!covers(ws.shape_, shape) || ws.scratch_.size() < threads) {
                     // Built aside and swapped in: an allocation that fails leaves the old buffers as they were.

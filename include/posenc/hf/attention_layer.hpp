@@ -46,8 +46,8 @@ namespace posenc::hf {
 
 /// Layer `index` of `model`, its cache holding `capacity` tokens; `seq_len` selects dynamic_ntk's
 /// base and longrope's factors (0 = not known), as rope_spec::make_rotary.
-/// `options`: the engine's threads, executor and work threshold (softcap and sinks come from the
-/// config: the ones given here are replaced).
+/// `options`: the engine's threads, executor, work threshold and workspace (softcap and sinks come
+/// from the config: the ones given here are replaced).
 template <storage_type Storage = float>
 [[nodiscard]] basic_attention_layer<Storage> make_attention_layer(const model_layers& model, std::size_t index,
                                                                   std::size_t capacity, std::int64_t seq_len = 0,
