@@ -175,6 +175,7 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
         const double* inv_freq = a.inv_freq;  // locals: the stores below may alias anything in a
         const bool inverse = a.inverse;
         const view_args views[2] = {a.view[0], a.view[1]};
+        const fbatch alternate = alternating_signs();
         fbatch cn[U], sn[U];  // the next pass's columns
         POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) row_base::template cos_sin_column<Scaled>(inv_freq + u * W, p, amp, cn[u], sn[u]);
         for (std::size_t i = 0; i < n; i += U * W) {
@@ -184,17 +185,8 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
                 POSENC_UNROLL for (std::size_t u = 0; u < U; ++u)
                     row_base::template cos_sin_column<Scaled>(inv_freq + i + (U + u) * W, p, amp, cn[u], sn[u]);
             if constexpr (Interleaved) {
-                // W pairs make 2W lanes: the per-lane rows run's interleaved rows are made of, the same way.
-                constexpr auto dup_low = compat::swizzle_mask<Arch, patterns::duplicate_low_half>();
-                constexpr auto dup_high = compat::swizzle_mask<Arch, patterns::duplicate_high_half>();
-                const fbatch alternate = alternating_signs();
-                fbatch cd[2 * U], sd[2 * U];
-                POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
-                    cd[2 * u] = xsimd::swizzle(cv[u], dup_low);
-                    sd[2 * u] = xsimd::swizzle(sv[u], dup_low) * alternate;
-                    cd[2 * u + 1] = xsimd::swizzle(cv[u], dup_high);
-                    sd[2 * u + 1] = xsimd::swizzle(sv[u], dup_high) * alternate;
-                }
+                fbatch cd[2 * U], sd[2 * U];  // W pairs make 2W lanes
+                POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) interleaved_lanes(cv[u], sv[u], alternate, cd + 2 * u, sd + 2 * u);
                 for (const view_args& v : views) {
                     if (!v.src || v.heads == 0) continue;
                     float* x = static_cast<float*>(v.dst) + 2 * i;  // in place
@@ -235,6 +227,18 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
         for (std::size_t k = 0; k < W; ++k) alt[k] = k % 2 ? 1.0f : -1.0f;
         return fbatch::load_aligned(alt);
     }
+    /// The interleaved per-lane rows of W pairs' cos c and sin s: cd[0], sd[0] for lanes [0, W), cd[1],
+    /// sd[1] for [W, 2W) (each pair's value twice, sin with alternating signs); run's rows and the
+    /// column path's both come from here, so both rotate with the same bits.
+    [[gnu::always_inline]] static void interleaved_lanes(const fbatch& c, const fbatch& s, const fbatch& alternate, fbatch* cd,
+                                                         fbatch* sd) noexcept {
+        constexpr auto dup_low = compat::swizzle_mask<Arch, patterns::duplicate_low_half>();
+        constexpr auto dup_high = compat::swizzle_mask<Arch, patterns::duplicate_high_half>();
+        cd[0] = xsimd::swizzle(c, dup_low);
+        sd[0] = xsimd::swizzle(s, dup_low) * alternate;
+        cd[1] = xsimd::swizzle(c, dup_high);
+        sd[1] = xsimd::swizzle(s, dup_high) * alternate;
+    }
 
     static void run(const rotate_args& a) noexcept {
         if (rotate_while_computing_row(a)) return;
@@ -251,8 +255,6 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
             bf16_views |= p;
             only_bf16_views &= p;
         }
-        constexpr auto dup_low = compat::swizzle_mask<Arch, patterns::duplicate_low_half>();
-        constexpr auto dup_high = compat::swizzle_mask<Arch, patterns::duplicate_high_half>();
         const fbatch alternate = alternating_signs();
         // Lanes past n are loaded by the tails and the swizzles below: zero, so that padded lanes
         // stay finite (and are discarded). One vector store each: g++ made the loop two rep stos, slow
@@ -306,11 +308,12 @@ struct kernels : cos_sin_rows<Arch>, norm_kernels<Arch>, rotate_kernels<Arch> {
             const bool pairs_cover_row = only_bf16_views && tr.pairs && r % (2 * W) == 0;
             if (interleaved && !pairs_cover_row)  // W compact lanes make 2W per-lane ones
                 for (std::size_t i = 0; i < r; i += 2 * W) {
-                    const fbatch cv = fbatch::load_unaligned(tr.c + i / 2), sv = fbatch::load_unaligned(tr.s + i / 2);
-                    xsimd::swizzle(cv, dup_low).store_aligned(cdup + i);
-                    (xsimd::swizzle(sv, dup_low) * alternate).store_aligned(sdup + i);
-                    xsimd::swizzle(cv, dup_high).store_aligned(cdup + i + W);
-                    (xsimd::swizzle(sv, dup_high) * alternate).store_aligned(sdup + i + W);
+                    fbatch cd[2], sd[2];
+                    interleaved_lanes(fbatch::load_unaligned(tr.c + i / 2), fbatch::load_unaligned(tr.s + i / 2), alternate, cd, sd);
+                    cd[0].store_aligned(cdup + i);
+                    sd[0].store_aligned(sdup + i);
+                    cd[1].store_aligned(cdup + i + W);
+                    sd[1].store_aligned(sdup + i + W);
                 }
             if (tr.pairs && !interleaved)
                 for (std::size_t b = 0; b + 2 * W <= n; b += 2 * W) {
