@@ -2,7 +2,7 @@
 // strides, buffer sizes, positions (out of range, negative, duplicates, int32/int64/consecutive/
 // constant), masks, encodings (NoPE, any_rotary in both layouts, a cos/sin table; no bias, ALiBi in
 // both orders, T5, Shaw) and options (softcap, sinks, sequence ids, keys_transformed, threads, a
-// workspace every input may reuse), and by kv_cache append / context_shift / clear / attention
+// workspace the input's two calls share), and by kv_cache append / context_shift / clear / attention
 // sequences against its capacity.
 // Property: a call either throws posenc::error and leaves every byte of the output buffer (and of the
 // cache) as it was, or it returns having written only the lanes of `out`'s view (guard floats after
@@ -150,16 +150,21 @@ void fuzz_attention(FuzzedDataProvider& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     FuzzedDataProvider in(data, size);
-    try {
-        if (in.ConsumeBool())
-            posenc_fuzz::fuzz_attention(in);
-        else
-            posenc_fuzz::fuzz_kv_cache(in);
-    } catch (const posenc::range_error&) {
-        // position_ids::consecutive with a start that overflows, a heads_view larger than its buffer:
-        // rejected by design, before any call
-    } catch (const posenc::config_error&) {
-        // a heads_view with overlapping rows or head_dim 0: rejected by its constructor
+    posenc::attention_workspace ws;
+    posenc_fuzz::input_workspace = &ws;
+    for (int call = 0; call < 2 && (call == 0 || in.remaining_bytes() > 0); ++call) {
+        try {
+            if (in.ConsumeBool())
+                posenc_fuzz::fuzz_attention(in);
+            else
+                posenc_fuzz::fuzz_kv_cache(in);
+        } catch (const posenc::range_error&) {
+            // position_ids::consecutive with a start that overflows, a heads_view larger than its buffer:
+            // rejected by design, before any call
+        } catch (const posenc::config_error&) {
+            // a heads_view with overlapping rows or head_dim 0: rejected by its constructor
+        }
     }
+    posenc_fuzz::input_workspace = nullptr;
     return 0;
 }

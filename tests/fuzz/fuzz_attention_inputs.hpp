@@ -218,12 +218,11 @@ inline fuzz_scale make_scale(FuzzedDataProvider& in, sane_flag& sane) {
 }
 
 /// Options of a call: softcap, sinks, sequence ids, threads (the vectors outlive the spans).
-/// One workspace for the whole run: a call may reuse buffers sized by any earlier input's shapes. So a
-/// crash it finds may need the inputs before it: replay the corpus in order (not the crash file alone).
-inline posenc::attention_workspace& fuzz_workspace() {
-    static posenc::attention_workspace ws;
-    return ws;
-}
+/// The workspace of the input being run (LLVMFuzzerTestOneInput makes a fresh one per input and runs
+/// up to two calls on it): a call reuses buffers sized by the input's earlier call, and a crash
+/// replays from its own file, whatever ran before it.
+inline posenc::attention_workspace* input_workspace = nullptr;
+inline posenc::attention_workspace& fuzz_workspace() { return *input_workspace; }
 
 struct fuzz_options {
     std::vector<float> sinks;
