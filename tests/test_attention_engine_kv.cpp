@@ -11,6 +11,7 @@
 #include <posenc/attention/kv_cache.hpp>
 #include <posenc/attention/partial.hpp>
 #include <posenc/attention/shaw.hpp>
+#include <posenc/attention/workspace.hpp>
 #include <posenc/posenc.hpp>
 
 #include <atomic>
@@ -428,6 +429,31 @@ TEST_CASE("attention: split-KV decode gives one thread's bits, with an executor 
                           kp, posenc::causal_mask{}, opt);
         CHECK(bits_equal(out, one));
     }
+}
+
+TEST_CASE("attention: split-KV decode in several waves of segments gives one thread's bits", "[attention][engine][threads]") {
+    // 9300 keys are 10 segments of one kv head: on 2 threads a wave holds 8 (4 a thread), so the last
+    // 2 segments run in a second wave whose states are folded after the first's; on 3 threads all 10
+    // fit one wave. Both, with and without a workspace, give the one-thread bits.
+    const std::size_t Tk = 9300, Hq = 4, D = 16;
+    const attn_problem p = make_attn_problem(1, Tk, Hq, 1, D, D, 96);
+    std::vector<float> q = p.q, k = p.k, v = p.v, one(Hq * D), lse_one(Hq);
+    const posenc::position_ids qp(p.qpos), kp(p.kpos);
+    const posenc::attention_encoding enc{posenc::nope{}};
+    posenc::attention_partial(enc, hv(q, 1, Hq, D), hv(k, Tk, 1, D), hv(v, Tk, 1, D), hv(one, 1, Hq, D), lse_one, qp, kp,
+                              posenc::causal_mask{});
+    attn_model m;
+    CHECK(kv_worst_error(one, reference_attention(p, m, [](std::int64_t i, std::int64_t j) { return j <= i; })) <= 2e-6 * max_abs(p.v));
+    posenc::attention_workspace ws;
+    for (unsigned threads : {2u, 3u})
+        for (posenc::attention_workspace* w : {static_cast<posenc::attention_workspace*>(nullptr), &ws}) {
+            INFO("threads " << threads << (w ? " with a workspace" : ""));
+            std::vector<float> out(one.size(), -1.0f), lse(Hq, -1.0f);
+            posenc::attention_partial(enc, hv(q, 1, Hq, D), hv(k, Tk, 1, D), hv(v, Tk, 1, D), hv(out, 1, Hq, D), lse, qp, kp,
+                                      posenc::causal_mask{}, {.threads = threads, .min_fmas_per_thread = 0, .workspace = w});
+            CHECK(bits_equal(out, one));
+            CHECK(bits_equal(lse, lse_one));
+        }
 }
 
 TEST_CASE("attention: split-KV for every group size, 16-bit K/V, sinks, lse and a window: any thread count, the same bits", "[attention][engine][threads]") {

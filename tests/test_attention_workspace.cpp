@@ -347,3 +347,55 @@ TEST_CASE("a workspace's split-KV states grow for a call that needs more of them
     CHECK(ws.bytes() > with_one);
     CHECK(same_bits(run(one, 3, &ws), want1));
 }
+
+TEST_CASE("a workspace grows for a key copy, a wider V or a move that its earlier calls lacked", "[attention][workspace]") {
+    // Each pair on a fresh workspace: the first call's buffers lack what the second needs (a copy of
+    // the keys to rotate, wider values) and little else; the second must equal the call without a
+    // workspace (a buffer kept too small writes past its end: ASan's builds fail it, and a key copy
+    // that was never allocated fails any build).
+    const std::size_t D = 16;
+    const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+    const attn_problem narrow = make_attn_problem(1, 300, 4, 2, D, 8, 52), wide = make_attn_problem(1, 300, 4, 2, D, 40, 53);
+    auto run = [&](const attn_problem& p, bool rotate, posenc::attention_workspace* ws) {
+        std::vector<float> out(p.Tq * p.Hq * p.Dv);
+        const posenc::heads_view<const float> q(p.q.data(), {p.Tq, p.Hq, D}), k(p.k.data(), {p.Tk, p.Hkv, D}),
+            v(p.v.data(), {p.Tk, p.Hkv, p.Dv});
+        const posenc::heads_view<float> o(out.data(), {p.Tq, p.Hq, p.Dv});
+        const posenc::attention_options opt{.workspace = ws};
+        if (rotate)
+            posenc::attention(posenc::attention_encoding{rope}, q, k, v, o, posenc::position_ids(p.qpos), posenc::position_ids(p.kpos),
+                              posenc::causal_mask{}, opt);
+        else
+            posenc::attention(posenc::attention_encoding{posenc::nope{}}, q, k, v, o, posenc::position_ids(p.qpos),
+                              posenc::position_ids(p.kpos), posenc::causal_mask{}, opt);
+        return out;
+    };
+    const std::vector<float> want_rotated = run(narrow, true, nullptr), want_wide = run(wide, false, nullptr);
+    {
+        posenc::attention_workspace ws;  // NoPE reads the keys in place; RoPE copies them to rotate
+        (void)run(narrow, false, &ws);
+        CHECK(same_bits(run(narrow, true, &ws), want_rotated));
+    }
+    {
+        posenc::attention_workspace ws;  // Dv 8, then Dv 40 (D, heads and tokens the same)
+        (void)run(narrow, false, &ws);
+        CHECK(same_bits(run(wide, false, &ws), want_wide));
+    }
+    {
+        // Prefill packs each V tile (its rows lie a token stride apart) into a buffer of Dv columns:
+        // Dv 8, then 16, whose accumulator rows are as long (both round up to 16 floats).
+        const attn_problem pre8 = make_attn_problem(70, 70, 4, 2, D, 8, 54), pre16 = make_attn_problem(70, 70, 4, 2, D, 16, 55);
+        const std::vector<float> want16 = run(pre16, false, nullptr);
+        posenc::attention_workspace ws;
+        (void)run(pre8, false, &ws);
+        CHECK(same_bits(run(pre16, false, &ws), want16));
+    }
+    {
+        posenc::attention_workspace big, small;  // move-assigned: the target describes the buffers it took
+        (void)run(wide, true, &big);
+        (void)run(narrow, false, &small);
+        big = std::move(small);
+        CHECK(same_bits(run(wide, false, &big), want_wide));
+        CHECK(same_bits(run(narrow, true, &big), want_rotated));
+    }
+}

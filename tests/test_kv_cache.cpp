@@ -276,6 +276,37 @@ TEST_CASE("kv_cache: decode after a context shift equals a fresh prefill at the 
     CHECK(err <= 1e-5 * max_abs(fresh.v));
 }
 
+TEST_CASE("kv_cache: a shift over positions with gaps keeps the gaps and re-rotates to them", "[kv_cache][shift]") {
+    // Positions 0, 3, 6, ...: the kept recent tokens follow the last sink (at 3) from 4 on, 3 apart as
+    // before; each key then equals the raw key rotated at its new position, by the closed form in double.
+    const std::size_t T = 12, H = 2, D = 8, n_sink = 2, n_recent = 4;
+    const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{.base = 100});
+    posenc::kv_cache cache(rope, {.kv_heads = H, .head_dim = D, .capacity = T});
+    auto k = random_floats(T * H * D, 5, 1.0f), v = random_floats(T * H * D, 6, 1.0f);
+    std::vector<std::int64_t> pos(T);
+    for (std::size_t t = 0; t < T; ++t) pos[t] = 3 * static_cast<std::int64_t>(t);
+    cache.append(hv(k, T, H, D), hv(v, T, H, D), posenc::position_ids(pos));
+    REQUIRE(cache.context_shift(n_sink, n_recent) == T - n_sink - n_recent);
+    const std::vector<std::int64_t> want_pos{0, 3, 4, 7, 10, 13};
+    REQUIRE(cache.size() == want_pos.size());
+    std::size_t compared = 0;
+    for (std::size_t t = 0; t < want_pos.size(); ++t) {
+        CHECK(cache.positions()[t] == want_pos[t]);
+        const std::size_t src = t < n_sink ? t : T - n_recent + (t - n_sink);
+        for (std::size_t h = 0; h < H; ++h) {
+            const float* raw = k.data() + (src * H + h) * D;
+            const float* got = cache.keys().row(t, h);
+            for (std::size_t i = 0; i < D / 2; ++i, ++compared) {
+                const double a = static_cast<double>(want_pos[t]) * std::pow(100.0, -2.0 * static_cast<double>(i) / D);
+                const double x = raw[i], y = raw[i + D / 2];
+                CHECK(std::abs(got[i] - (x * std::cos(a) - y * std::sin(a))) <= 2e-6);
+                CHECK(std::abs(got[i + D / 2] - (y * std::cos(a) + x * std::sin(a))) <= 2e-6);
+            }
+        }
+    }
+    CHECK(compared == want_pos.size() * H * D / 2);
+}
+
 TEST_CASE("kv_cache: NoPE keys are copied, a shift only moves and renumbers", "[kv_cache][shift]") {
     const std::size_t T = 20, H = 2, D = 8;
     posenc::kv_cache cache(posenc::nope{}, {.kv_heads = H, .head_dim = D, .capacity = T});
