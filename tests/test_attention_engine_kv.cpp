@@ -603,6 +603,34 @@ TEST_CASE("attention_partial + merge equal one call, lse = log-sum-exp of the lo
     CHECK(bits_equal(l0, merged_lse));
 }
 
+TEST_CASE("merge with sinks: lse = log(e^sink + sum e^lse); a row no part saw keeps its sink; a far sink stays finite", "[attention][engine][partial]") {
+    // One query token, four heads (rows), two parts; the expected values are written out by hand or
+    // computed in long double here.
+    const std::size_t Hq = 4, Dv = 3;
+    constexpr float ninf = -std::numeric_limits<float>::infinity();
+    std::vector<float> a = random_floats(Hq * Dv, 41), b = random_floats(Hq * Dv, 42);
+    const std::vector<float> la{ninf, 1.0f, 800.0f, 0.25f}, lb{ninf, 2.0f, 1.0f, -0.5f};
+    const std::vector<float> sinks{0.5f, 1000.0f, -800.0f, 0.75f};
+    std::vector<float> out(Hq * Dv, 9.0f), lse(Hq, 9.0f);
+    posenc::merge_attention_partials({{hv(a, 1, Hq, Dv), la}, {hv(b, 1, Hq, Dv), lb}}, hv(out, 1, Hq, Dv), lse, sinks);
+    // Row 0: no part saw a key, so only the sink is in the denominator: out 0, lse = the sink.
+    CHECK(lse[0] == 0.5f);
+    // Row 1: the sink outweighs both parts by e^998 (beyond double's range): out 0, lse = the sink.
+    CHECK(lse[1] == 1000.0f);
+    // Row 2: part a outweighs part b and the sink by e^799 and more: out = a's row, lse = a's lse.
+    CHECK(lse[2] == 800.0f);
+    for (std::size_t d = 0; d < Dv; ++d) {
+        CHECK(out[0 * Dv + d] == 0.0f);
+        CHECK(out[1 * Dv + d] == 0.0f);
+        CHECK(out[2 * Dv + d] == a[2 * Dv + d]);
+    }
+    // Row 3: ordinary weights.
+    const long double wa = std::exp(0.25L), wb = std::exp(-0.5L), ws = std::exp(0.75L), z = wa + wb + ws;
+    CHECK(std::abs(lse[3] - static_cast<double>(std::log(z))) <= 1e-6);
+    for (std::size_t d = 0; d < Dv; ++d)
+        CHECK(std::abs(out[3 * Dv + d] - static_cast<double>((wa * a[3 * Dv + d] + wb * b[3 * Dv + d]) / z)) <= 1e-6);
+}
+
 TEST_CASE("attention_partial and merge: bad input named, nothing written", "[attention][engine][partial][errors]") {
     const std::size_t T = 2, H = 2, D = 8;
     std::vector<float> q = random_floats(T * H * D, 1), k = random_floats(T * H * D, 2), v = random_floats(T * H * D, 3);

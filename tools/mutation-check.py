@@ -356,6 +356,22 @@ MUTANTS = [
      "in-place Q and K of the same memory accepted (rotated twice)"),
     ("rope/detail/rotate_job.hpp", "if (!absent(v) && (v.head_dim() != head_dim", "if (!v.empty() && (v.head_dim() != head_dim",
      "an empty view skipped whatever its token count"),
+    # found surviving by a mutation audit (stop 54); now caught
+    ("attention/workspace.hpp", "have.G >= need.G && (have.key_copy || !need.key_copy);", "have.G >= need.G;",
+     "a workspace without a key copy taken for a call that rotates keys"),
+    ("attention/attention.hpp", "fold_segment(state_at(totals + item * per_state), state_at(states + i * per_state)",
+     "fold_segment(state_at(totals + item * per_state), state_at(states + (first + i) * per_state)",
+     "split-KV decode: the fold reads the wrong wave's segment states"),
+    ("attention/partial.hpp", "double m = sinks.empty() ? ninf : static_cast<double>(sinks[h]);", "double m = ninf;",
+     "merge: the running max leaves out the sink (a row no part saw loses its sink; a far sink overflows)"),
+    ("attention/kv_cache.hpp", "n_sink > 0 ? pos_[n_sink - 1] + 1 : pos_[0];", "n_sink > 0 ? pos_[n_sink] : pos_[0];",
+     "context_shift renumbers from the first dropped position, not the last sink + 1"),
+    ("attention/tile_loop.hpp", "l = l * num + std::exp(sink - mf);", "l = l + std::exp(sink - mf);",
+     "a sink above the row's max: the keys' sum not rescaled"),
+    ("attention/tile_loop.hpp", "total.l[r] = static_cast<float>(total.l[r] * a + seg.l[r] * b);",
+     "total.l[r] = static_cast<float>(total.l[r] * a + seg.l[r]);", "split-KV fold: a segment's sum not rescaled"),
+    ("attention/tile_loop.hpp", "w.row_scale[r] = r < t.R ? w.scale[r / G] : 0.0f;", "w.row_scale[r] = r < t.R ? w.scale[r % G] : 0.0f;",
+     "per-query logit scales indexed by head instead of token"),
 ]
 
 

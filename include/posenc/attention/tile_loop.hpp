@@ -443,6 +443,7 @@ inline void finish_rows(const attn_query_tile& t, const attn_state& total, const
             const double sink = extra.sinks[head], mf = std::max(m, sink);
             num = m == mf ? 1.0 : std::exp(m - mf);  // (1 for m = +∞ too)
             l = l * num + std::exp(sink - mf);
+            m = mf;  // l is now relative to mf
         }
         const double f = num / l;
         // (+ 0: a zero comes out +0, whichever zero products of masked keys a tile skipped.)
