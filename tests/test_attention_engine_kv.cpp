@@ -817,3 +817,88 @@ TEST_CASE("attention: a custom transform throwing inside writes nothing", "[atte
         }
     }
 }
+
+TEST_CASE("attention_partial with a custom transform (staged, then committed): out and lse of the built-in path", "[attention][engine][partial]") {
+    // A transform that may throw is computed into scratch and copied out at the end; the copy must
+    // carry lse too. picky_transform that never throws is the identity: NoPE's bits.
+    const attn_problem p = make_attn_problem(200, 200, 2, 1, 8, 8, 97);
+    std::vector<float> q = p.q, k = p.k, v = p.v;
+    for (unsigned threads : {1u, 3u}) {
+        INFO("threads " << threads);
+        std::vector<float> out(200 * 2 * 8, 4.0f), lse(400, 4.0f), want(out.size()), want_lse(lse.size());
+        const posenc::position_ids qp(p.qpos), kp(p.kpos);
+        posenc::attention_partial(posenc::attention_encoding{picky_transform{-1}}, hv(q, 200, 2, 8), hv(k, 200, 1, 8),
+                                  hv(v, 200, 1, 8), hv(out, 200, 2, 8), lse, qp, kp, posenc::causal_mask{}, {.threads = threads});
+        posenc::attention_partial(posenc::attention_encoding{posenc::nope{}}, hv(q, 200, 2, 8), hv(k, 200, 1, 8), hv(v, 200, 1, 8),
+                                  hv(want, 200, 2, 8), want_lse, qp, kp, posenc::causal_mask{}, {.threads = threads});
+        CHECK(bits_equal(out, want));
+        CHECK(bits_equal(lse, want_lse));
+    }
+}
+
+TEST_CASE("kv_cache<bf16/fp16>: K and V from strided views (a fused projection) rounded once, each head its own row", "[attention][engine][16bit][kv_cache]") {
+    // The projection often writes K and V of a token side by side ([T][Hkv][K | V]): each view's head
+    // stride is 2·D, not D, so a narrowing step that took the heads as packed would read other heads' values.
+    const std::size_t Hkv = 3, D = 20, T = 9;  // 20: a tail for every vector width
+    const std::vector<float> kv = random_floats(T * Hkv * 2 * D, 17, 3.0f);
+    const posenc::heads_view<const float> k(kv.data(), {T, Hkv, D}, {Hkv * 2 * D, 2 * D}), v(kv.data() + D, {T, Hkv, D}, {Hkv * 2 * D, 2 * D});
+    auto run = [&]<class H>(H) {
+        posenc::kv_cache<posenc::nope, H> nope_cache(posenc::nope{}, {.kv_heads = Hkv, .head_dim = D, .capacity = T});
+        posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+        posenc::kv_cache<posenc::rotary<posenc::half_split>, H> rope_cache(rope, {.kv_heads = Hkv, .head_dim = D, .capacity = T});
+        nope_cache.append(k, v, posenc::position_ids::consecutive(0, T));
+        rope_cache.append(k, v, posenc::position_ids::consecutive(0, T));
+        std::size_t mismatch = 0;
+        for (std::size_t t = 0; t < T; ++t)
+            for (std::size_t h = 0; h < Hkv; ++h)
+                for (std::size_t d = 0; d < D; ++d) {
+                    // the double definition of the format's rounding (support/storage16.hpp), once
+                    const double want_k = round_to<H>(kv[(t * Hkv + h) * 2 * D + d]), want_v = round_to<H>(kv[(t * Hkv + h) * 2 * D + D + d]);
+                    mismatch += as_double(nope_cache.keys().row(t, h)[d]) == want_k ? 0 : 1;
+                    mismatch += as_double(nope_cache.values().row(t, h)[d]) == want_v ? 0 : 1;
+                    mismatch += as_double(rope_cache.values().row(t, h)[d]) == want_v ? 0 : 1;
+                }
+        INFO(type_name<H>());
+        CHECK(mismatch == 0);
+    };
+    run(posenc::bf16{});
+    run(posenc::fp16{});
+}
+
+TEST_CASE("attention_partial and merge: an overlap of one element, the views' last, is rejected", "[attention][engine][partial][errors]") {
+    // A view's byte range ends after its last element: an lse placed over exactly that element must be
+    // refused as any other overlap (an off-by-one range lets the call write lse over out's last value).
+    const std::size_t T = 2, H = 2, D = 8, n = T * H * D;
+    std::vector<float> q = random_floats(n, 1), k = random_floats(n, 2), v = random_floats(n, 3);
+    std::vector<float> buf(n + T * H - 1, 9.0f), a(n, 1.0f), la(T * H, 0.0f);
+    const posenc::attention_encoding enc{posenc::nope{}};
+    const posenc::position_ids pos = posenc::position_ids::consecutive(0, T);
+    const posenc::heads_view<float> out(buf.data(), {T, H, D});
+    const std::span<float> lse_on_last(buf.data() + n - 1, T * H);
+    CHECK_THROWS_WITH(posenc::attention_partial(enc, hv(q, T, H, D), hv(k, T, H, D), hv(v, T, H, D), out, lse_on_last, pos, pos),
+                      Catch::Contains("lse") && Catch::Contains("overlaps out"));
+    CHECK_THROWS_WITH(posenc::merge_attention_partials({{hv(a, T, H, D), la}}, out, lse_on_last),
+                      Catch::Contains("lse") && Catch::Contains("overlaps out"));
+    // a part's out whose last element is out's first
+    std::vector<float> shared(2 * n - 1, 1.0f);
+    CHECK_THROWS_WITH(posenc::merge_attention_partials({{posenc::heads_view<const float>(shared.data(), {T, H, D}), la}},
+                                                       posenc::heads_view<float>(shared.data() + n - 1, {T, H, D})),
+                      Catch::Contains("overlaps out without being out itself"));
+    CHECK(std::all_of(buf.begin(), buf.end(), [](float x) { return x == 9.0f; }));
+    CHECK(std::all_of(shared.begin(), shared.end(), [](float x) { return x == 1.0f; }));
+}
+
+TEST_CASE("merge: a part at out's address but laid out otherwise is not out itself", "[attention][engine][partial][errors]") {
+    // In-place merge is safe only when the part is out's very view: the same memory read head-major while
+    // out is written token-major overwrites rows before they are read, so it must be rejected.
+    const std::size_t T = 3, H = 2, D = 8, n = T * H * D;
+    std::vector<float> buf = random_floats(n, 21), la(T * H, 0.0f), lb(T * H, 0.0f), b = random_floats(n, 22);
+    const std::vector<float> before = buf;
+    const posenc::heads_view<float> out(buf.data(), {T, H, D});  // token-major: strides {H·D, D}
+    const posenc::heads_view<const float> head_major(buf.data(), {T, H, D}, {D, T * D});
+    CHECK_THROWS_WITH(posenc::merge_attention_partials({{head_major, la}, {hv(b, T, H, D), lb}}, out),
+                      Catch::Contains("parts[0].out") && Catch::Contains("overlaps out without being out itself"));
+    CHECK(bits_equal(buf, before));
+    // out's own view is accepted (the in-place reduction the header documents)
+    CHECK_NOTHROW(posenc::merge_attention_partials({{out, la}, {hv(b, T, H, D), lb}}, out));
+}
