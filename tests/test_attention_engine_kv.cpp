@@ -603,7 +603,7 @@ TEST_CASE("attention_partial + merge equal one call, lse = log-sum-exp of the lo
     CHECK(bits_equal(l0, merged_lse));
 }
 
-TEST_CASE("merge with sinks: lse = log(e^sink + sum e^lse); a row no part saw keeps its sink; a far sink stays finite", "[attention][engine][partial]") {
+TEST_CASE("merge with sinks: lse = log(e^sink + sum e^lse), a row no part saw keeps its sink, a far sink stays finite", "[attention][engine][partial]") {
     // One query token, four heads (rows), two parts; the expected values are written out by hand or
     // computed in long double here.
     const std::size_t Hq = 4, Dv = 3;
