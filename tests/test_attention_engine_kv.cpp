@@ -6,7 +6,9 @@
 // path widens exactly, so any difference is a bug; the float path is held to the double reference in
 // test_attention.cpp); (2) the double reference of support/attention_reference.hpp on those rounded
 // inputs, within test_attention.cpp's bound (2e-6·max|v|; the segment fold adds one rounding per
-// 1024 keys, far below it); (3) for partials, lse against log Σ exp(logit) computed in double here.
+// 1024 keys, far below it); (3) for partials, lse against log Σ exp(logit) computed in double here;
+// (4) values stored in a 16-bit cache against round_to (support/storage16.hpp: the formats' rounding
+// in double), and merge's edge rows written out by hand.
 #include <posenc/attention/attention.hpp>
 #include <posenc/attention/kv_cache.hpp>
 #include <posenc/attention/partial.hpp>
@@ -356,6 +358,35 @@ TEST_CASE("kv_cache<fp16> of NoPE: K and V rounded once, 16-bit inputs copied", 
     CHECK(mismatch == 0);
 }
 
+TEST_CASE("kv_cache<bf16/fp16>: K and V from strided views (a fused projection) rounded once, each head its own row", "[attention][engine][16bit][kv_cache]") {
+    // The projection often writes K and V of a token side by side ([T][Hkv][K | V]): each view's head
+    // stride is 2·D, not D, so a narrowing step that took the heads as packed would read other heads' values.
+    const std::size_t Hkv = 3, D = 20, T = 9;  // 20: a tail for every vector width
+    const std::vector<float> kv = random_floats(T * Hkv * 2 * D, 17, 3.0f);
+    const posenc::heads_view<const float> k(kv.data(), {T, Hkv, D}, {Hkv * 2 * D, 2 * D}), v(kv.data() + D, {T, Hkv, D}, {Hkv * 2 * D, 2 * D});
+    auto run = [&]<class H>(H) {
+        posenc::kv_cache<posenc::nope, H> nope_cache(posenc::nope{}, {.kv_heads = Hkv, .head_dim = D, .capacity = T});
+        posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+        posenc::kv_cache<posenc::rotary<posenc::half_split>, H> rope_cache(rope, {.kv_heads = Hkv, .head_dim = D, .capacity = T});
+        nope_cache.append(k, v, posenc::position_ids::consecutive(0, T));
+        rope_cache.append(k, v, posenc::position_ids::consecutive(0, T));
+        std::size_t mismatch = 0;
+        for (std::size_t t = 0; t < T; ++t)
+            for (std::size_t h = 0; h < Hkv; ++h)
+                for (std::size_t d = 0; d < D; ++d) {
+                    // the double definition of the format's rounding (support/storage16.hpp), once
+                    const double want_k = round_to<H>(kv[(t * Hkv + h) * 2 * D + d]), want_v = round_to<H>(kv[(t * Hkv + h) * 2 * D + D + d]);
+                    mismatch += as_double(nope_cache.keys().row(t, h)[d]) == want_k ? 0 : 1;
+                    mismatch += as_double(nope_cache.values().row(t, h)[d]) == want_v ? 0 : 1;
+                    mismatch += as_double(rope_cache.values().row(t, h)[d]) == want_v ? 0 : 1;
+                }
+        INFO(type_name<H>());
+        CHECK(mismatch == 0);
+    };
+    run(posenc::bf16{});
+    run(posenc::fp16{});
+}
+
 namespace engine_kv_test {
 /// An executor that runs its tasks on the calling thread, one after another, the last first.
 inline void one_by_one_reversed(std::size_t n, const std::function<void(std::size_t)>& task) {
@@ -673,6 +704,44 @@ TEST_CASE("attention_partial and merge: bad input named, nothing written", "[att
     CHECK(std::all_of(a.begin(), a.end(), [](float x) { return x == 1.0f; }));
 }
 
+TEST_CASE("attention_partial and merge: an overlap of one element, the views' last, is rejected", "[attention][engine][partial][errors]") {
+    // A view's byte range ends after its last element: an lse placed over exactly that element must be
+    // refused as any other overlap (an off-by-one range lets the call write lse over out's last value).
+    const std::size_t T = 2, H = 2, D = 8, n = T * H * D;
+    std::vector<float> q = random_floats(n, 1), k = random_floats(n, 2), v = random_floats(n, 3);
+    std::vector<float> buf(n + T * H - 1, 9.0f), a(n, 1.0f), la(T * H, 0.0f);
+    const posenc::attention_encoding enc{posenc::nope{}};
+    const posenc::position_ids pos = posenc::position_ids::consecutive(0, T);
+    const posenc::heads_view<float> out(buf.data(), {T, H, D});
+    const std::span<float> lse_on_last(buf.data() + n - 1, T * H);
+    CHECK_THROWS_WITH(posenc::attention_partial(enc, hv(q, T, H, D), hv(k, T, H, D), hv(v, T, H, D), out, lse_on_last, pos, pos),
+                      Catch::Contains("lse") && Catch::Contains("overlaps out"));
+    CHECK_THROWS_WITH(posenc::merge_attention_partials({{hv(a, T, H, D), la}}, out, lse_on_last),
+                      Catch::Contains("lse") && Catch::Contains("overlaps out"));
+    // a part's out whose last element is out's first
+    std::vector<float> shared(2 * n - 1, 1.0f);
+    CHECK_THROWS_WITH(posenc::merge_attention_partials({{posenc::heads_view<const float>(shared.data(), {T, H, D}), la}},
+                                                       posenc::heads_view<float>(shared.data() + n - 1, {T, H, D})),
+                      Catch::Contains("overlaps out without being out itself"));
+    CHECK(std::all_of(buf.begin(), buf.end(), [](float x) { return x == 9.0f; }));
+    CHECK(std::all_of(shared.begin(), shared.end(), [](float x) { return x == 1.0f; }));
+}
+
+TEST_CASE("merge: a part at out's address but laid out otherwise is not out itself", "[attention][engine][partial][errors]") {
+    // In-place merge is safe only when the part is out's very view: the same memory read head-major while
+    // out is written token-major overwrites rows before they are read, so it must be rejected.
+    const std::size_t T = 3, H = 2, D = 8, n = T * H * D;
+    std::vector<float> buf = random_floats(n, 21), la(T * H, 0.0f), lb(T * H, 0.0f), b = random_floats(n, 22);
+    const std::vector<float> before = buf;
+    const posenc::heads_view<float> out(buf.data(), {T, H, D});  // token-major: strides {H·D, D}
+    const posenc::heads_view<const float> head_major(buf.data(), {T, H, D}, {D, T * D});
+    CHECK_THROWS_WITH(posenc::merge_attention_partials({{head_major, la}, {hv(b, T, H, D), lb}}, out),
+                      Catch::Contains("parts[0].out") && Catch::Contains("overlaps out without being out itself"));
+    CHECK(bits_equal(buf, before));
+    // out's own view is accepted (the in-place reduction the header documents)
+    CHECK_NOTHROW(posenc::merge_attention_partials({{out, la}, {hv(b, T, H, D), lb}}, out));
+}
+
 TEST_CASE("attention over a kv_cache: another query transform is rejected", "[attention][engine][kv_cache][errors]") {
     const std::size_t D = 16;
     posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{.base = 10000});
@@ -834,71 +903,4 @@ TEST_CASE("attention_partial with a custom transform (staged, then committed): o
         CHECK(bits_equal(out, want));
         CHECK(bits_equal(lse, want_lse));
     }
-}
-
-TEST_CASE("kv_cache<bf16/fp16>: K and V from strided views (a fused projection) rounded once, each head its own row", "[attention][engine][16bit][kv_cache]") {
-    // The projection often writes K and V of a token side by side ([T][Hkv][K | V]): each view's head
-    // stride is 2·D, not D, so a narrowing step that took the heads as packed would read other heads' values.
-    const std::size_t Hkv = 3, D = 20, T = 9;  // 20: a tail for every vector width
-    const std::vector<float> kv = random_floats(T * Hkv * 2 * D, 17, 3.0f);
-    const posenc::heads_view<const float> k(kv.data(), {T, Hkv, D}, {Hkv * 2 * D, 2 * D}), v(kv.data() + D, {T, Hkv, D}, {Hkv * 2 * D, 2 * D});
-    auto run = [&]<class H>(H) {
-        posenc::kv_cache<posenc::nope, H> nope_cache(posenc::nope{}, {.kv_heads = Hkv, .head_dim = D, .capacity = T});
-        posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
-        posenc::kv_cache<posenc::rotary<posenc::half_split>, H> rope_cache(rope, {.kv_heads = Hkv, .head_dim = D, .capacity = T});
-        nope_cache.append(k, v, posenc::position_ids::consecutive(0, T));
-        rope_cache.append(k, v, posenc::position_ids::consecutive(0, T));
-        std::size_t mismatch = 0;
-        for (std::size_t t = 0; t < T; ++t)
-            for (std::size_t h = 0; h < Hkv; ++h)
-                for (std::size_t d = 0; d < D; ++d) {
-                    // the double definition of the format's rounding (support/storage16.hpp), once
-                    const double want_k = round_to<H>(kv[(t * Hkv + h) * 2 * D + d]), want_v = round_to<H>(kv[(t * Hkv + h) * 2 * D + D + d]);
-                    mismatch += as_double(nope_cache.keys().row(t, h)[d]) == want_k ? 0 : 1;
-                    mismatch += as_double(nope_cache.values().row(t, h)[d]) == want_v ? 0 : 1;
-                    mismatch += as_double(rope_cache.values().row(t, h)[d]) == want_v ? 0 : 1;
-                }
-        INFO(type_name<H>());
-        CHECK(mismatch == 0);
-    };
-    run(posenc::bf16{});
-    run(posenc::fp16{});
-}
-
-TEST_CASE("attention_partial and merge: an overlap of one element, the views' last, is rejected", "[attention][engine][partial][errors]") {
-    // A view's byte range ends after its last element: an lse placed over exactly that element must be
-    // refused as any other overlap (an off-by-one range lets the call write lse over out's last value).
-    const std::size_t T = 2, H = 2, D = 8, n = T * H * D;
-    std::vector<float> q = random_floats(n, 1), k = random_floats(n, 2), v = random_floats(n, 3);
-    std::vector<float> buf(n + T * H - 1, 9.0f), a(n, 1.0f), la(T * H, 0.0f);
-    const posenc::attention_encoding enc{posenc::nope{}};
-    const posenc::position_ids pos = posenc::position_ids::consecutive(0, T);
-    const posenc::heads_view<float> out(buf.data(), {T, H, D});
-    const std::span<float> lse_on_last(buf.data() + n - 1, T * H);
-    CHECK_THROWS_WITH(posenc::attention_partial(enc, hv(q, T, H, D), hv(k, T, H, D), hv(v, T, H, D), out, lse_on_last, pos, pos),
-                      Catch::Contains("lse") && Catch::Contains("overlaps out"));
-    CHECK_THROWS_WITH(posenc::merge_attention_partials({{hv(a, T, H, D), la}}, out, lse_on_last),
-                      Catch::Contains("lse") && Catch::Contains("overlaps out"));
-    // a part's out whose last element is out's first
-    std::vector<float> shared(2 * n - 1, 1.0f);
-    CHECK_THROWS_WITH(posenc::merge_attention_partials({{posenc::heads_view<const float>(shared.data(), {T, H, D}), la}},
-                                                       posenc::heads_view<float>(shared.data() + n - 1, {T, H, D})),
-                      Catch::Contains("overlaps out without being out itself"));
-    CHECK(std::all_of(buf.begin(), buf.end(), [](float x) { return x == 9.0f; }));
-    CHECK(std::all_of(shared.begin(), shared.end(), [](float x) { return x == 1.0f; }));
-}
-
-TEST_CASE("merge: a part at out's address but laid out otherwise is not out itself", "[attention][engine][partial][errors]") {
-    // In-place merge is safe only when the part is out's very view: the same memory read head-major while
-    // out is written token-major overwrites rows before they are read, so it must be rejected.
-    const std::size_t T = 3, H = 2, D = 8, n = T * H * D;
-    std::vector<float> buf = random_floats(n, 21), la(T * H, 0.0f), lb(T * H, 0.0f), b = random_floats(n, 22);
-    const std::vector<float> before = buf;
-    const posenc::heads_view<float> out(buf.data(), {T, H, D});  // token-major: strides {H·D, D}
-    const posenc::heads_view<const float> head_major(buf.data(), {T, H, D}, {D, T * D});
-    CHECK_THROWS_WITH(posenc::merge_attention_partials({{head_major, la}, {hv(b, T, H, D), lb}}, out),
-                      Catch::Contains("parts[0].out") && Catch::Contains("overlaps out without being out itself"));
-    CHECK(bits_equal(buf, before));
-    // out's own view is accepted (the in-place reduction the header documents)
-    CHECK_NOTHROW(posenc::merge_attention_partials({{out, la}, {hv(b, T, H, D), lb}}, out));
 }
