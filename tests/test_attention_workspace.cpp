@@ -352,7 +352,9 @@ TEST_CASE("a workspace grows for a key copy, a wider V or a move that its earlie
     // Each pair on a fresh workspace: the first call's buffers lack what the second needs (a copy of
     // the keys to rotate, wider values) and little else; the second must equal the call without a
     // workspace (a buffer kept too small writes past its end: ASan's builds fail it, and a key copy
-    // that was never allocated fails any build).
+    // that was never allocated fails any build), and afterwards the workspace holds at least the
+    // bytes that a fresh one holds after the second call alone (what any build can see of a buffer
+    // kept too small).
     const std::size_t D = 16;
     const posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
     const attn_problem narrow = make_attn_problem(1, 300, 4, 2, D, 8, 52), wide = make_attn_problem(1, 300, 4, 2, D, 40, 53);
@@ -371,15 +373,22 @@ TEST_CASE("a workspace grows for a key copy, a wider V or a move that its earlie
         return out;
     };
     const std::vector<float> want_rotated = run(narrow, true, nullptr), want_wide = run(wide, false, nullptr);
+    auto fresh_bytes = [&](const attn_problem& p, bool rotate) {
+        posenc::attention_workspace alone;
+        (void)run(p, rotate, &alone);
+        return alone.bytes();
+    };
     {
         posenc::attention_workspace ws;  // NoPE reads the keys in place; RoPE copies them to rotate
         (void)run(narrow, false, &ws);
         CHECK(same_bits(run(narrow, true, &ws), want_rotated));
+        CHECK(ws.bytes() >= fresh_bytes(narrow, true));
     }
     {
         posenc::attention_workspace ws;  // Dv 8, then Dv 40 (D, heads and tokens the same)
         (void)run(narrow, false, &ws);
         CHECK(same_bits(run(wide, false, &ws), want_wide));
+        CHECK(ws.bytes() >= fresh_bytes(wide, false));
     }
     {
         // Prefill packs each V tile (its rows lie a token stride apart) into a buffer of Dv columns:
@@ -389,6 +398,7 @@ TEST_CASE("a workspace grows for a key copy, a wider V or a move that its earlie
         posenc::attention_workspace ws;
         (void)run(pre8, false, &ws);
         CHECK(same_bits(run(pre16, false, &ws), want16));
+        CHECK(ws.bytes() >= fresh_bytes(pre16, false));
     }
     {
         posenc::attention_workspace big, small;  // move-assigned: the target describes the buffers it took
@@ -396,6 +406,8 @@ TEST_CASE("a workspace grows for a key copy, a wider V or a move that its earlie
         (void)run(narrow, false, &small);
         big = std::move(small);
         CHECK(same_bits(run(wide, false, &big), want_wide));
+        CHECK(big.bytes() >= fresh_bytes(wide, false));
         CHECK(same_bits(run(narrow, true, &big), want_rotated));
+        CHECK(big.bytes() >= fresh_bytes(narrow, true));
     }
 }
