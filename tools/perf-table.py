@@ -19,7 +19,7 @@ table written from a run under POSENC_SIMD_MAX_ARCH=avx2, which the recorded com
 
 Regenerate README.md's and docs/performance.md's tables (a few minutes on 2 cores):
     python3 tools/perf-table.py --bench build/bench/posenc-bench --repetitions 5 --min-time 0.2 \\
-        --update README.md docs/performance.md
+        --pin-one-thread auto --update README.md docs/performance.md
 """
 import argparse
 import json
@@ -81,17 +81,69 @@ def compiler_of(binary):
     return f"{name} {version}".strip() + (f", CMake {build_type}" if build_type else "")
 
 
+# Rows that run on more than one thread (a thread count above 1, a caller's pool, spawned threads).
+MULTI_THREAD = re.compile(r"/threads:(?:[2-9]|\d\d+)(?:/|$)|/executor:")
+
+
+def run_json(command, cpu=None):
+    """Runs one benchmark command (on `cpu` alone when given); returns (parsed JSON, stderr)."""
+    pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+    done = subprocess.run(command, capture_output=True, text=True, check=False, preexec_fn=pin)
+    if done.returncode != 0:
+        where = f" (on CPU {cpu})" if cpu is not None else ""
+        sys.exit(f"perf-table: {shlex.join(command)}{where} exited with {done.returncode}:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout), done.stderr
+
+
+def fastest_cpu(bench):
+    """The CPU of this process's set on which the one-token rotary step runs fastest, and each CPU's
+    time: on a virtual machine one vCPU may share its core with another guest, and which one does
+    changes from day to day."""
+    times = {}
+    for cpu in sorted(os.sched_getaffinity(0)):
+        data, _ = run_json([bench, "--benchmark_filter=^rope/S2/half_split$", "--benchmark_repetitions=3",
+                            "--benchmark_min_time=0.2", "--benchmark_report_aggregates_only=true",
+                            "--benchmark_format=json"], cpu)
+        times[cpu] = next(b["real_time"] for b in data["benchmarks"] if b.get("aggregate_name") == "median")
+    return min(times, key=times.get), times
+
+
 def run_bench(args):
-    """Runs the benchmark binary; returns (the parsed JSON, with what this script recorded)."""
+    """Runs the benchmark binary; returns (the parsed JSON, with what this script recorded). With
+    --pin-one-thread, the rows on one thread run in a first pass on that CPU alone and the others in a
+    second pass on every CPU; the rows keep the binary's order."""
     command = [args.bench, f"--benchmark_filter={args.filter}", f"--benchmark_repetitions={args.repetitions}",
                f"--benchmark_min_time={args.min_time}", "--benchmark_report_aggregates_only=true",
                "--benchmark_format=json"]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        sys.exit(f"perf-table: {shlex.join(command)} exited with {done.returncode}:\n{done.stderr[-2000:]}")
-    data = json.loads(done.stdout)
+    pinned_note = None
+    if args.pin_one_thread is None:
+        data, stderr = run_json(command)
+    else:
+        listed = subprocess.run([args.bench, f"--benchmark_filter={args.filter}", "--benchmark_list_tests"],
+                                capture_output=True, text=True, check=True).stdout.split()
+        one = [n for n in listed if not MULTI_THREAD.search(n)]
+        many = [n for n in listed if MULTI_THREAD.search(n)]
+        if args.pin_one_thread == "auto":
+            cpu, probe = fastest_cpu(args.bench)
+            pinned_note = (f"one-thread rows on CPU {cpu}, the fastest here on rope/S2 ("
+                           + ", ".join(f"CPU {c}: {t:.0f} ns" for c, t in sorted(probe.items())) + ")")
+        else:
+            cpu = int(args.pin_one_thread)
+            pinned_note = f"one-thread rows on CPU {cpu}"
+        # (The binary's regex is POSIX extended: only its special characters escaped.)
+        exact = lambda names: "^(" + "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", n) for n in names) + ")$"
+        data, stderr = run_json([c if not c.startswith("--benchmark_filter=") else f"--benchmark_filter={exact(one)}"
+                                 for c in command], cpu) if one else ({"context": {}, "benchmarks": []}, "")
+        if many:
+            rest, _ = run_json([c if not c.startswith("--benchmark_filter=") else f"--benchmark_filter={exact(many)}"
+                                for c in command])
+            if not data["context"]:
+                data["context"] = rest["context"]
+            data["benchmarks"] += rest["benchmarks"]
+        order = {n: i for i, n in enumerate(listed)}
+        data["benchmarks"].sort(key=lambda b: order.get(b.get("run_name", b["name"]), len(order)))
     # posenc-bench names the kernels the dispatch chose in its summary on stderr.
-    kernels = re.search(r"kernels: ([^,)]+)", done.stderr)
+    kernels = re.search(r"kernels: ([^,)]+)", stderr)
     # A dispatch ceiling in the environment is part of the command that reproduces the table.
     ceiling = os.environ.get("POSENC_SIMD_MAX_ARCH")
     prefix = [f"POSENC_SIMD_MAX_ARCH={shlex.quote(ceiling)}"] if ceiling else []
@@ -102,6 +154,8 @@ def run_bench(args):
         "command": " ".join(prefix + [shlex.join(command)]),
         "generator": " ".join(prefix + [shlex.join(["python3", "tools/perf-table.py"] + sys.argv[1:])]),
     }
+    if pinned_note:
+        data["context"]["posenc_perf_table"]["pinned"] = pinned_note
     return data
 
 
@@ -170,6 +224,8 @@ def table(rows, data, rows_filter=None):
         f"repetition{'s' if reps != [1] else ''}.",
         f"Command: `{recorded.get('command', 'not recorded')}`",
     ]
+    if "pinned" in recorded:
+        lines.append(f"Pinned: {recorded['pinned']}.")
     if "generator" in recorded:
         lines.append(f"Table written by: `{recorded['generator']}`")
     lines += [
@@ -229,6 +285,8 @@ def main():
     parser.add_argument("--filter", default=DEFAULT_FILTER, help="--benchmark_filter when running the binary")
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--min-time", default="0.2", help="--benchmark_min_time (seconds)")
+    parser.add_argument("--pin-one-thread", metavar="CPU|auto",
+                        help="run the one-thread rows on this CPU alone ('auto': the fastest on rope/S2), the rest unpinned")
     parser.add_argument("--save-json", help="keep the JSON of the run here (with what this script recorded)")
     parser.add_argument("--rows", help="only the benchmarks whose name matches this regex (printing only)")
     parser.add_argument("--update", nargs="+", metavar="FILE", help="rewrite the marked blocks of these files")
