@@ -128,6 +128,10 @@ def run_bench(args):
             pinned_note = (f"one-thread rows on CPU {cpu}, the fastest here on rope/S2 ("
                            + ", ".join(f"CPU {c}: {t:.0f} ns" for c, t in sorted(probe.items())) + ")")
         else:
+            allowed = sorted(os.sched_getaffinity(0))
+            if not args.pin_one_thread.isdigit() or int(args.pin_one_thread) not in allowed:
+                sys.exit(f"perf-table: --pin-one-thread {args.pin_one_thread}: not 'auto' nor one of this process's CPUs "
+                         f"({', '.join(map(str, allowed))})")
             cpu = int(args.pin_one_thread)
             pinned_note = f"one-thread rows on CPU {cpu}"
         # (The binary's regex is POSIX extended: only its special characters escaped.)
