@@ -58,6 +58,13 @@ TEST_CASE("M-RoPE positions: videos in Qwen2-VL, Qwen2.5-VL (temporal scaling) a
     CHECK(frac.next_position == 5);
     CHECK(frac.delta == 1);
 
+    // The product in float32, as HF's tensors take it: 0.3 s per grid, 25 per second, frame 6 is
+    // float(float(6·0.3f)·25) = 45 exactly, where double gives 44.999… → 44 (Python's struct rounding
+    // to float after each step: 0, 7, 15, 22, 30, 37, 45).
+    const auto f32 = posenc::build_mrope_positions(std::vector{prompt_segment::video(7, 2, 2, 0.3)},
+                                                   {.model = posenc::mrope_model::qwen2_5_vl, .tokens_per_second = 25});
+    CHECK(f32.t == ids{0, 7, 15, 22, 30, 37, 45});
+
     // Qwen2.5-VL images: τ = 0 for every frame (HF uses second_per_grid_t = 0 for images).
     const auto img = posenc::build_mrope_positions(std::vector{prompt_segment::image(2, 2, 4)},
                                                    {.model = posenc::mrope_model::qwen2_5_vl});
@@ -73,6 +80,13 @@ TEST_CASE("M-RoPE positions: videos in Qwen2-VL, Qwen2.5-VL (temporal scaling) a
     CHECK(q3.w == ids{0, 1, 0, 1, 2, 3, 2, 3});
     CHECK(q3.next_position == 4);
     CHECK(q3.delta == -4);
+
+    // Qwen3-VL images keep HF's temporal index arange(t): an image of two frames gets t = 0, 1.
+    const auto q3_img = posenc::build_mrope_positions(std::vector{prompt_segment::image(2, 2, 2)},
+                                                      {.model = posenc::mrope_model::qwen3_vl});
+    CHECK(q3_img.t == ids{0, 1});
+    CHECK(q3_img.h == ids{0, 0});
+    CHECK(q3_img.w == ids{0, 0});
 }
 
 TEST_CASE("M-RoPE positions from HF token ids", "[mrope][positions]") {
@@ -104,6 +118,18 @@ TEST_CASE("M-RoPE positions from HF token ids", "[mrope][positions]") {
     CHECK(p2.t == ids{0, 1, 1, 1, 1, 3, 4, 5, 9, 10});
     CHECK(p2.h == ids{0, 1, 1, 2, 2, 3, 4, 5, 5, 10});
     CHECK(p2.w == ids{0, 1, 2, 1, 2, 3, 4, 5, 5, 10});
+    // Two videos, each with its own second_per_grid (1 s and 2 s, 2 per second): text 0, 1; video at 2:
+    // τ = 0, 2; text 5, 6; video at 7: τ = 0, 1·2.0·2 = 4; text 12.
+    const ids videos2 = {1, 7, 8, 8, 6, 7, 8, 8, 6};
+    const std::vector<std::array<std::int64_t, 3>> two_grids = {{2, 2, 2}, {2, 2, 2}};
+    const std::vector<double> two_spg = {1.0, 2.0};
+    const auto seg3 = posenc::prompt_segments_from_tokens(videos2, {}, two_grids, two_spg, tok, 2);
+    REQUIRE(seg3.size() == 5);
+    CHECK(seg3[1].second_per_grid == 1.0);
+    CHECK(seg3[3].second_per_grid == 2.0);
+    const auto p3 = posenc::build_mrope_positions(seg3, {.model = posenc::mrope_model::qwen2_5_vl, .tokens_per_second = 2});
+    CHECK(p3.t == ids{0, 1, 2, 4, 5, 6, 7, 11, 12});
+    CHECK(p3.h == ids{0, 1, 2, 2, 5, 6, 7, 7, 12});
     // Grids and ids that disagree.
     expect_config_error([&] { (void)posenc::prompt_segments_from_tokens(input, {}, {}, {}, tok, 2); }, "image_grids");
     const ids cut = {7, 9, 9, 9};
@@ -113,6 +139,8 @@ TEST_CASE("M-RoPE positions from HF token ids", "[mrope][positions]") {
 TEST_CASE("M-RoPE positions: invalid segments name the field", "[mrope][positions][errors]") {
     expect_config_error([] { (void)posenc::build_mrope_positions(std::vector{prompt_segment::image(1, 5, 4)}, {}); },
                         "prompt[0].h", "5");
+    expect_config_error([] { (void)posenc::build_mrope_positions(std::vector{prompt_segment::image(1, 4, 5)}, {}); },
+                        "prompt[0].w", "5");
     expect_config_error(
         [] { (void)posenc::build_mrope_positions(std::vector{prompt_segment::text(1), prompt_segment::video(0, 4, 4)}, {}); },
         "prompt[1].t", "0");
