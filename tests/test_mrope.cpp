@@ -2,7 +2,8 @@
 // definitions: HF's cos of width head_dim = cat(freqs, freqs) per component, split by mrope_section·2
 // with chunk i taking component i % 3 (apply_multimodal_rotary_pos_emb), and apply_interleaved_mrope's
 // slice(offset, 3·section, 3) overwrites. Text tokens (t = h = w) bit-identical to posenc::rotary;
-// tables, out of place, inverse, 16-bit storage; errors before anything is written.
+// tables, out of place, inverse (through a table with an amplitude: forward then inverse is the
+// identity to float rounding), 16-bit storage; errors before anything is written.
 #include <posenc/rope/mrope.hpp>
 #include <posenc/rope/rotary.hpp>
 #include <posenc/rope/default.hpp>
@@ -226,6 +227,26 @@ TEST_CASE("M-RoPE: tables, out of place, inverse and bf16 agree with the on-the-
     std::size_t same = 0;
     for (std::size_t i = 0; i < qb.size(); ++i) same += static_cast<float>(qb[i]) == static_cast<float>(posenc::bf16(qf[i]));
     CHECK(same == qb.size());
+
+    // Inverse through a table with an amplitude (YaRN's attention factor, ≈ 1.14 here): the rows carry
+    // a, so the inverse must divide by a² (rotation then its transpose gives a²·x): forward then
+    // inverse gives x back to float rounding, for distinct t, h, w positions.
+    posenc::mrope_rotary<posenc::half_split> yarn({.head_dim = HD}, posenc::yarn{.base = 100, .factor = 4, .original_max_position = 16},
+                                                  posenc::mrope{.section = {16, 24, 24}});
+    REQUIRE(std::abs(yarn.frequencies().attention_factor - 1.0) > 0.1);
+    qk round_trip(Tt, 7);
+    const qk start = round_trip;
+    const posenc::axis_positions first{posenc::position_ids(std::span(P.t).first(Tt)), posenc::position_ids(std::span(P.h).first(Tt)),
+                                       posenc::position_ids(std::span(P.w).first(Tt))};
+    const auto ytable = yarn.table(16);
+    yarn.apply(ytable, round_trip.qv(Tt), round_trip.kv(Tt), first);
+    yarn.apply(ytable, round_trip.qv(Tt), round_trip.kv(Tt), first, posenc::rotation::inverse);
+    double worst_table = 0;
+    for (std::size_t i = 0; i < start.q.size(); ++i)
+        worst_table = posenc_test::worst_of(worst_table, static_cast<double>(std::abs(round_trip.q[i] - start.q[i])));
+    for (std::size_t i = 0; i < start.k.size(); ++i)
+        worst_table = posenc_test::worst_of(worst_table, static_cast<double>(std::abs(round_trip.k[i] - start.k[i])));
+    CHECK(worst_table <= 1e-5);
 }
 
 TEST_CASE("M-RoPE: bad sections, positions and tables are errors before anything is written", "[mrope][errors]") {
@@ -260,6 +281,12 @@ TEST_CASE("M-RoPE: bad sections, positions and tables are errors before anything
     unchanged();
     const auto other = posenc::rotary<posenc::half_split>({.head_dim = HD}, posenc::default_rope{.base = 500}).table(32);
     expect_config_error([&] { rope.apply(other, buf.qv(T), buf.kv(T), posenc::position_ids(t)); }, "table");
+    unchanged();
+    // The same frequencies with another amplitude: a table of other rows, rejected too.
+    posenc::rope_frequencies doubled = rope.frequencies();
+    doubled.attention_factor = 2.0;
+    const posenc::cos_sin_table amplified(doubled, 32);
+    expect_config_error([&] { rope.apply(amplified, buf.qv(T), buf.kv(T), posenc::position_ids(t)); }, "table");
     unchanged();
     // Out of place onto the source's memory under other strides: rejected (the source itself would be
     // rotated in place), and so is a destination overlapping it elsewhere.
