@@ -460,6 +460,15 @@ TEST_CASE("transform_backward rejects bad input and writes nothing", "[grad]") {
         [&] { posenc::transform_backward(mr, strided_view(dq), strided_view(dk), posenc::axis_positions(five, four, five)); },
         "positions[1]", "4");
     unchanged();
+    // M-RoPE through a table: checked as its forward (another rotary's frequencies; too short).
+    posenc_test::expect_config_error(
+        [&] { posenc::transform_backward(posenc::table_transform{mr, other_table}, strided_view(dq), strided_view(dk), ids); },
+        "table");
+    unchanged();
+    const auto short_mr_table = mr.table(4);
+    CHECK_THROWS_AS(posenc::transform_backward(posenc::table_transform{mr, short_mr_table}, strided_view(dq), strided_view(dk), ids),
+                    posenc::range_error);
+    unchanged();
 }
 
 TEST_CASE("transform_backward gives the same bits for 1, 2 and 3 threads and on the caller's executor",
