@@ -163,6 +163,20 @@ TEST_CASE("attention_backward equals finite differences: softcap, sinks, sequenc
                                        }
                                    });
     }
+    {  // packed sequences over several tiles: 70 + 80 tokens, so key tiles start mid-sequence and a key
+       // tile's first id equals a query tile's last (each q, k, v element 5 apart compared)
+        constexpr std::size_t T = 150, first = 70;
+        compared += check_encoding("sequence ids, several tiles", posenc::attention_encoding{rope}, rope_model, {},
+                                   {.Tq = T, .Tk = T, .Hq = 1, .Hkv = 1, .D = D, .Dv = 4, .offset = 0, .stride = 5},
+                                   [](attn_problem& p) {
+                                       for (std::size_t t = 0; t < T; ++t) {
+                                           const std::int32_t s = t < first ? 0 : 1;
+                                           p.qseq.push_back(s);
+                                           p.kseq.push_back(s);
+                                           p.qpos[t] = p.kpos[t] = static_cast<std::int64_t>(s == 0 ? t : t - first);
+                                       }
+                                   });
+    }
     {  // GQA: 4 query heads on 2 kv heads (dK, dV sum both heads of a group)
         compared += check_encoding("gqa", posenc::attention_encoding{rope}, rope_model, {},
                                    {.Tq = 6, .Tk = 8, .Hq = 4, .Hkv = 2, .D = D, .Dv = 6, .offset = 3});
@@ -359,10 +373,11 @@ TEST_CASE("attention_backward rejects bad input before writing anything", "[grad
     const posenc::heads_view<const float> qv(q.data(), {T, H, D}), kv(k.data(), {T, H, D}), vv(v.data(), {T, H, D});
     posenc::attention_partial(enc, qv, kv, vv, posenc::heads_view<float>(out.data(), {T, H, D}), lse, pos, pos);
     const posenc::heads_view<const float> ov(out.data(), {T, H, D}), dov(dout.data(), {T, H, D});
-    std::vector<float> dq(T * H * D, 7.0f), dk(T * H * D, 7.0f), dv(T * H * D, 7.0f), table(8 * H, 7.0f), sinks(H, 7.0f);
+    std::vector<float> dq(T * H * D, 7.0f), dk(T * H * D, 7.0f), dv(T * H * D, 7.0f), table(8 * H, 7.0f), sinks(H, 7.0f),
+        sinks_long(H + 1, 7.0f);
     const posenc::heads_view<float> dqv(dq.data(), {T, H, D}), dkv(dk.data(), {T, H, D}), dvv(dv.data(), {T, H, D});
     auto untouched = [&] {
-        for (const auto* x : {&dq, &dk, &dv, &table, &sinks})
+        for (const auto* x : {&dq, &dk, &dv, &table, &sinks, &sinks_long})
             for (float f : *x)
                 if (f != 7.0f) return false;
         return true;
@@ -387,6 +402,12 @@ TEST_CASE("attention_backward rejects bad input before writing anything", "[grad
     CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, {},
                                                  {.sinks = sinks}),
                       Contains("param_grads.sinks"));
+    // With sinks in the options, their gradient needs exactly one entry per query head (not more).
+    const std::vector<float> sink_logits(H, 0.5f);
+    const posenc::attention_options with_sinks{.sinks = sink_logits};
+    CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos, pos, posenc::no_mask{}, with_sinks,
+                                                 {.bias_table = table, .sinks = sinks_long}),
+                      Contains("param_grads.sinks"));
     CHECK_THROWS_WITH(posenc::attention_backward(enc, qv, kv, vv, ov, lse, dov, dqv, dkv, dvv, pos,
                                                  posenc::position_ids::consecutive(0, T - 1), posenc::no_mask{}, {}, tbl),
                       Contains("k.tokens"));
@@ -409,6 +430,15 @@ struct wrapped_rope {
     posenc::rotary<posenc::half_split> rope;
     void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
         rope.apply(q, k, pos);
+    }
+};
+/// xPos behind such a type: a linear transform whose query and key maps differ (its key scales are
+/// the inverse of its query scales), so a Jacobian taken with the two maps swapped is wrong.
+struct wrapped_xpos {
+    static constexpr bool linear_in_x = true;
+    posenc::xpos_rotary<posenc::half_split> xp;
+    void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
+        xp.apply(q, k, pos);
     }
 };
 /// The same without the declaration (attention_backward rejects it at compile time), and one that
@@ -439,6 +469,14 @@ TEST_CASE("attention_backward equals finite differences: a custom transform decl
         return m;
     });
     CHECK(compared > 4 * 300);
+    const grad_attention_test::wrapped_xpos xpos_wrapped{posenc::xpos_rotary<posenc::half_split>({.head_dim = D}, posenc::xpos{})};
+    const std::size_t xpos_compared = check_encoding("custom transform, xPos inside", posenc::attention_encoding{xpos_wrapped}, [&] {
+        attn_model m;
+        m.rot_q = xpos_half_split_rot(D, 1.0);
+        m.rot_k = xpos_half_split_rot(D, -1.0);
+        return m;
+    }, {}, {.offset = 300});
+    CHECK(xpos_compared > 4 * 300);
 }
 
 TEST_CASE("attention_backward equals finite differences: M-RoPE on text positions (its own backward)", "[grad]") {
