@@ -441,6 +441,8 @@ GROUPS = {
     "hf": ["test_hf_config"],
     "attention": ["test_attention", "test_attention_properties", "test_kv_cache", "test_hardening_attention", "test_attention_workspace",
                   "test_attention_engine_kv", "test_attention_nonfinite", "test_attention_distance_bias"],
+    "grad": ["test_grad_attention", "test_grad_attention_cases", "test_grad_transform"],
+    "mrope": ["test_mrope", "test_mrope_positions", "test_mrope_hf", "test_mrope_readme", "test_vision2d"],
     "engine": ["test_storage16", "test_out_of_place", "test_batch_invariance", "test_fused_norm", "test_bf16_exact"],
 }
 
@@ -457,6 +459,10 @@ def group_of(f):
         return None  # only the kernel units rebuild: cheap in full
     if f.startswith("attention/"):
         return "attention"
+    if f.startswith("grad/"):
+        return "grad"
+    if f in ("rope/mrope.hpp", "rope/mrope_positions.hpp", "rope/multi_axis.hpp", "rope/vision2d.hpp"):
+        return "mrope"
     if f == "rope/qk_norm.hpp":
         return "engine"
     if f.startswith("hf/"):
