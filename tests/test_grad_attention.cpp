@@ -423,24 +423,20 @@ TEST_CASE("attention_backward rejects bad input before writing anything", "[grad
 }
 
 namespace grad_attention_test {
-/// A transform grad/transform.hpp has no backward for: RoPE behind a type of the test's own, declared
-/// linear in x, so attention_backward takes its Jacobian from the forward.
-struct wrapped_rope {
+/// A transform grad/transform.hpp has no backward for: a library transform behind a type of the
+/// test's own, declared linear in x, so attention_backward takes its Jacobian from the forward.
+/// Wrapping xPos gives a linear transform whose query and key maps differ (its key scales are the
+/// inverse of its query scales), so a Jacobian taken with the two maps swapped is wrong.
+template <class Transform>
+struct linear_wrapper {
     static constexpr bool linear_in_x = true;
-    posenc::rotary<posenc::half_split> rope;
+    Transform inner;
     void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
-        rope.apply(q, k, pos);
+        inner.apply(q, k, pos);
     }
 };
-/// xPos behind such a type: a linear transform whose query and key maps differ (its key scales are
-/// the inverse of its query scales), so a Jacobian taken with the two maps swapped is wrong.
-struct wrapped_xpos {
-    static constexpr bool linear_in_x = true;
-    posenc::xpos_rotary<posenc::half_split> xp;
-    void apply(posenc::heads_view<float> q, posenc::heads_view<float> k, const posenc::position_ids& pos) const {
-        xp.apply(q, k, pos);
-    }
-};
+using wrapped_rope = linear_wrapper<posenc::rotary<posenc::half_split>>;
+using wrapped_xpos = linear_wrapper<posenc::xpos_rotary<posenc::half_split>>;
 /// The same without the declaration (attention_backward rejects it at compile time), and one that
 /// declares itself not linear (QK-norm before the rotation, as rotary::apply_normed).
 struct undeclared_rope {
