@@ -125,15 +125,18 @@ def run_bench(args):
         many = [n for n in listed if MULTI_THREAD.search(n)]
         if args.pin_one_thread == "auto":
             cpu, probe = fastest_cpu(args.bench)
-            pinned_note = (f"one-thread rows on CPU {cpu}, the fastest here on rope/S2 ("
-                           + ", ".join(f"CPU {c}: {t:.0f} ns" for c, t in sorted(probe.items())) + ")")
+            chosen = (f"; CPU {cpu} was the fastest here on rope/S2 ("
+                      + ", ".join(f"CPU {c}: {t:.0f} ns" for c, t in sorted(probe.items())) + ")")
         else:
             allowed = sorted(os.sched_getaffinity(0))
             if not args.pin_one_thread.isdigit() or int(args.pin_one_thread) not in allowed:
                 sys.exit(f"perf-table: --pin-one-thread {args.pin_one_thread}: not 'auto' nor one of this process's CPUs "
                          f"({', '.join(map(str, allowed))})")
             cpu = int(args.pin_one_thread)
-            pinned_note = f"one-thread rows on CPU {cpu}"
+            chosen = ""
+        pinned_note = (f"the command ran in two passes: the one-thread rows first, alone on CPU {cpu} "
+                       f"(`taskset -c {cpu}`, the filter narrowed to those rows), then the rows on several "
+                       f"threads, unpinned{chosen}")
         # (The binary's regex is POSIX extended: only its special characters escaped.)
         exact = lambda names: "^(" + "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", n) for n in names) + ")$"
         data, stderr = run_json([c if not c.startswith("--benchmark_filter=") else f"--benchmark_filter={exact(one)}"
