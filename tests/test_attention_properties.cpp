@@ -243,11 +243,70 @@ void check_short_last_tile(Arch) {
         CHECK(std::memcmp(out.data(), full.data() + t0 * H * Dv, out.size() * sizeof(float)) == 0);
     }
 }
+
+/// Decode (1 and 2 tokens of 4 query heads per kv head: the steps' dot-product path) over a head-major
+/// cache of 300 keys, float and bf16, under several decode prefetch tunings: the same bits as the
+/// default's, as attn_decode_prefetch promises (prefetch distances past the cache's end included).
+template <class Arch>
+void check_decode_prefetch_changes_no_bit(Arch) {
+    const std::size_t T = 300, Hq = 8, Hkv = 2, D = 64;
+    posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{});
+    const attn_problem p = make_attn_problem(T, T, Hq, Hkv, D, D, 41);
+    std::vector<float> kh(T * Hkv * D), vh(T * Hkv * D);  // head-major, as kv_cache stores them
+    for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t h = 0; h < Hkv; ++h) {
+            std::copy_n(p.k.begin() + (t * Hkv + h) * D, D, kh.begin() + (h * T + t) * D);
+            std::copy_n(p.v.begin() + (t * Hkv + h) * D, D, vh.begin() + (h * T + t) * D);
+        }
+    std::vector<posenc::bf16> kb, vb;
+    for (float x : kh) kb.push_back(posenc::bf16(x));
+    for (float x : vh) vb.push_back(posenc::bf16(x));
+    const posenc::heads_strides head_major{.token = D, .head = T * D};
+    const posenc::attention_encoding enc{rope};
+    auto decode = [&](posenc::simd::attn_decode_prefetch tuning, std::size_t tokens, bool in_bf16) {
+        auto kernels = posenc::simd::attention_kernels_for<Arch>();
+        kernels.decode_prefetch = tuning;
+        const std::size_t t0 = T - tokens;
+        std::vector<float> q(p.q.begin() + t0 * Hq * D, p.q.end()), out(tokens * Hq * D);
+        const std::vector<std::int64_t> qpos(p.qpos.begin() + t0, p.qpos.end());
+        const posenc::attention_options opt{.keys_transformed = true};
+        if (in_bf16)
+            posenc::detail::attention_on(kernels, enc, hv(q, tokens, Hq, D), posenc::heads_view<const posenc::bf16>(kb.data(), {T, Hkv, D}, head_major),
+                                         posenc::heads_view<const posenc::bf16>(vb.data(), {T, Hkv, D}, head_major), hv(out, tokens, Hq, D),
+                                         qpos, p.kpos, posenc::causal_mask{}, opt);
+        else
+            posenc::detail::attention_on(kernels, enc, hv(q, tokens, Hq, D), posenc::heads_view<const float>(kh.data(), {T, Hkv, D}, head_major),
+                                         posenc::heads_view<const float>(vh.data(), {T, Hkv, D}, head_major), hv(out, tokens, Hq, D),
+                                         qpos, p.kpos, posenc::causal_mask{}, opt);
+        return out;
+    };
+    for (const bool in_bf16 : {false, true})
+        for (const std::size_t tokens : {1, 2}) {
+            const auto by_default = decode({}, tokens, in_bf16);
+            for (const posenc::simd::attn_decode_prefetch tuning :
+                 {posenc::simd::attn_decode_prefetch{6, false}, posenc::simd::attn_decode_prefetch{0, false},
+                  posenc::simd::attn_decode_prefetch{1, true}, posenc::simd::attn_decode_prefetch{1000, false}}) {
+                const auto out = decode(tuning, tokens, in_bf16);
+                INFO(Arch::name() << (in_bf16 ? " bf16" : " float") << ", " << tokens << " tokens, " << tuning.stream_rows
+                                  << " rows ahead, other stream " << tuning.other_stream);
+                CHECK(std::memcmp(out.data(), by_default.data(), out.size() * sizeof(float)) == 0);
+            }
+        }
+}
 }  // namespace
 
 TEST_CASE("attention: a chunk of queries gives the bits of the same rows of the whole call, on every SIMD architecture", "[attention][simd][decode]") {
     REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { check_chunk_equals_prefill(arch); }) >= 1);
     REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { check_short_last_tile(arch); }) >= 1);
+}
+
+TEST_CASE("attention: decode's prefetch tuning changes no bit, on every SIMD architecture", "[attention][simd][decode]") {
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, [](auto arch) { check_decode_prefetch_changes_no_bit(arch); }) >= 1);
+    // The tuning the dispatch picks differs by vendor (dispatch.hpp), the bits above do not.
+    const posenc::simd::cpu_signature intel{.intel = true}, other{};
+    CHECK_FALSE(posenc::simd::decode_prefetch_for(intel).other_stream);
+    CHECK(posenc::simd::decode_prefetch_for(other).other_stream);
+    CHECK(posenc::simd::attention_kernels().decode_prefetch.other_stream == !posenc::simd::this_cpu().intel);
 }
 
 TEST_CASE("attention: every SIMD architecture this CPU has equals the reference", "[attention][simd]") {

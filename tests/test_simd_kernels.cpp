@@ -12,7 +12,10 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -385,4 +388,26 @@ TEST_CASE("CPUID decoding: F16C", "[simd]") {
 #ifndef POSENC_PREFETCH_16BIT
     CHECK(posenc::simd::prefetch_16bit());  // on by default, on every CPU
 #endif
+}
+
+TEST_CASE("CPUID decoding: the vendor string", "[simd]") {
+    using posenc::simd::decode_cpuid;
+    // CPUID.0 returns the vendor string in EBX, EDX, ECX, four ASCII bytes each, little-endian.
+    constexpr auto word = [](const char* s) {
+        return unsigned(std::uint8_t(s[0])) | unsigned(std::uint8_t(s[1])) << 8 | unsigned(std::uint8_t(s[2])) << 16 |
+               unsigned(std::uint8_t(s[3])) << 24;
+    };
+    STATIC_REQUIRE(decode_cpuid(0, word("Genu"), word("ineI"), word("ntel")).intel);
+    STATIC_REQUIRE(!decode_cpuid(0, word("Genu"), word("ntel"), word("ineI")).intel);  // the registers' order matters
+    STATIC_REQUIRE(!decode_cpuid(0, word("Auth"), word("enti"), word("cAMD")).intel);
+    STATIC_REQUIRE(!decode_cpuid(1u << 29).intel);
+    STATIC_REQUIRE(decode_cpuid(1u << 29, word("Genu"), word("ineI"), word("ntel")).f16c);
+    // This CPU's, against the kernel's account of it where there is one (Linux).
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);)
+        if (line.rfind("vendor_id", 0) == 0) {
+            INFO(line);
+            CHECK(posenc::simd::this_cpu().intel == (line.find("GenuineIntel") != std::string::npos));
+            break;
+        }
 }

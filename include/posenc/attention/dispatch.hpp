@@ -42,10 +42,22 @@ template <class Arch>
     return k;
 }
 
-/// The widest architecture this CPU runs (of dispatch_archs, at most POSENC_SIMD_MAX_ARCH), resolved once.
+/// Decode's prefetch for a CPU, as measured on S6 (decode over an 8192-token cache): on an AMD Zen 5,
+/// both streams in flight and 12 rows ahead; on an Intel Xeon (AVX-512, AMX) 6 rows ahead and no
+/// requests for the other stream, which there hold L1 fill buffers while its L2 streamer follows a
+/// head-major cache's rows by itself (S6 float 0.77 -> 0.85 of a read pass, bf16 0.62 -> 0.69).
+[[nodiscard]] constexpr attn_decode_prefetch decode_prefetch_for(const cpu_signature& cpu) noexcept {
+    return cpu.intel ? attn_decode_prefetch{.stream_rows = 6, .other_stream = false} : attn_decode_prefetch{};
+}
+
+/// The widest architecture this CPU runs (of dispatch_archs, at most POSENC_SIMD_MAX_ARCH), with this
+/// CPU's decode prefetch, resolved once.
 [[nodiscard]] inline attn_kernels attention_kernels() noexcept {
-    static const attn_kernels best =
-        dispatch_capped<dispatch_archs>([](auto arch) { return attention_kernels_for<decltype(arch)>(); });
+    static const attn_kernels best = [] {
+        attn_kernels k = dispatch_capped<dispatch_archs>([](auto arch) { return attention_kernels_for<decltype(arch)>(); });
+        k.decode_prefetch = decode_prefetch_for(this_cpu());
+        return k;
+    }();
     return best;
 }
 

@@ -28,6 +28,16 @@ struct attn_rows_ahead {
     std::size_t row_bytes = 0;
 };
 
+/// Decode's software prefetch (steps of ≤ 2·attn_row_block rows: QKᵀ by dot products, V read in
+/// place, streaming the cache from memory at compute pace): how many rows ahead a step asks for its
+/// own stream's rows (into L1), and whether the tile loop has it ask for the other stream's rows too
+/// (into L2, attn_rows_ahead). A tuning per microarchitecture that no result depends on; dispatch.hpp
+/// picks it for the CPU at run time (decode_prefetch_for).
+struct attn_decode_prefetch {
+    std::size_t stream_rows = 12;
+    bool other_stream = true;
+};
+
 /// S[r][j] = Σ_d q[r][d]·k_j[d] for r < rows (a multiple of attn_row_block), j < attn_key_tile
 /// (keys ≥ `keys` give 0 unless row_keys cuts them off), times row_scale[r] when row_scale is set
 /// (the sum rounded, then the product: the bits of scaling S afterwards). q: dense [rows][head_dim];
@@ -38,7 +48,8 @@ struct attn_rows_ahead {
 /// through): row r needs only the scores of keys below row_keys[r]. Each register block of rows stops
 /// at the vector holding its rows' largest entry and leaves the scores past it as they were, so the
 /// caller must overwrite row r's scores at keys ≥ row_keys[r] (mask them) before the softmax reads
-/// them. Calls with rows ≤ 2·attn_row_block (the dot-product path) compute every key.
+/// them. Calls with rows ≤ 2·attn_row_block (the dot-product path) compute every key, and ask for
+/// the key rows stream_rows ahead of the one in use.
 struct attn_qk_args {
     const float* q = nullptr;
     std::size_t rows = 0;
@@ -52,6 +63,7 @@ struct attn_qk_args {
     dtype k_type = dtype::f32;
     attn_rows_ahead ahead{};
     const std::size_t* row_keys = nullptr;
+    std::size_t stream_rows = attn_decode_prefetch{}.stream_rows;
 };
 
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):
@@ -83,7 +95,8 @@ struct attn_softmax_args {
 /// register block of rows stops at its rows' largest entry. For finite V that gives the bits of adding
 /// the zero products, up to the sign of a zero (a −0 lane stays −0 where +0·v would make it +0); with
 /// ±∞ or NaN in V at such a key, whether the row comes out NaN depends on the blocking.
-/// `ahead`: rows to request meanwhile (attn_rows_ahead).
+/// `ahead`: rows to request meanwhile (attn_rows_ahead); calls with rows ≤ 2·attn_row_block ask for the
+/// V rows stream_rows ahead of the one in use (attn_decode_prefetch).
 struct attn_pv_args {
     const float* p = nullptr;
     std::size_t rows = 0;
@@ -98,6 +111,7 @@ struct attn_pv_args {
     attn_rows_ahead ahead{};
     const float* acc_scale = nullptr;
     const std::size_t* row_keys = nullptr;
+    std::size_t stream_rows = attn_decode_prefetch{}.stream_rows;
 };
 
 /// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps,
@@ -185,6 +199,7 @@ struct attn_kernels {
     void (*add_terms)(const attn_add_terms_args&) noexcept = nullptr;
     void (*grad_ds)(const attn_grad_ds_args&) noexcept = nullptr;
     const char* arch = "";
+    attn_decode_prefetch decode_prefetch{};
 };
 
 }  // namespace posenc::simd

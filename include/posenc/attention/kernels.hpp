@@ -48,7 +48,6 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     using convert::prefetch_ahead;
     using convert::prefetch_row;
     using convert::prefetch_rows;
-    using convert::stream_prefetch_rows;
     using convert::to_float;
 
     using softmax_step = attention_softmax_step<Arch>;
@@ -115,7 +114,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
         if constexpr (arch_ops<Arch>::is_avx512) {
             for (; j + 4 <= a.keys; j += 4) {
                 POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) {
-                    prefetch_row(k, j + u + stream_prefetch_rows, a.k_stride, D);
+                    prefetch_row(k, j + u + a.stream_rows, a.k_stride, D);
                     prefetch_ahead(a.ahead, j + u);
                 }
                 for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) qk_dot_4x4(a, k, r0, j);
@@ -125,8 +124,8 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
         for (; j + 2 <= a.keys; j += 2) {  // two keys at a time: each q vector loaded once for both
             const E* k0 = k + j * a.k_stride;
             const E* k1 = k0 + a.k_stride;
-            prefetch_row(k, j + stream_prefetch_rows, a.k_stride, D);
-            prefetch_row(k, j + 1 + stream_prefetch_rows, a.k_stride, D);
+            prefetch_row(k, j + a.stream_rows, a.k_stride, D);
+            prefetch_row(k, j + 1 + a.stream_rows, a.k_stride, D);
             prefetch_ahead(a.ahead, j);
             prefetch_ahead(a.ahead, j + 1);
             for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
@@ -370,7 +369,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
                 const batch sc(a.acc_scale[r0 + i]);
                 POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] *= sc;
             }
-        const std::size_t rows_ahead = a.rows <= 2 * RB ? stream_prefetch_rows : prefetch_rows;
+        const std::size_t rows_ahead = a.rows <= 2 * RB ? a.stream_rows : prefetch_rows;
         for (std::size_t j = 0; j < keys; ++j) {
             const E* vr = v + j * a.v_stride + c0;
             if (c0 == 0 && r0 == 0) {

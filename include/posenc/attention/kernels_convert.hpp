@@ -29,11 +29,9 @@ struct attention_convert_steps {
     /// too: a hint, it never faults, and the address is computed without pointer arithmetic.
     /// (Always inlined, as the rotary kernels' prefetch: g++ 12 at -O2 may delete calls to an
     /// out-of-line function whose only effect is a prefetch.)
+    /// (Decode's steps ask attn_decode_prefetch::stream_rows ahead instead: prefill's packing and
+    /// packed tiles measured slower with decode's 12 on a Zen 5.)
     static constexpr std::size_t prefetch_rows = 4;
-    /// Decode's steps (rows ≤ 2·attn_row_block: QKᵀ by dot products, V read in place) stream the cache
-    /// from memory at compute pace and ask further ahead (S6 float about a tenth faster with 12 than
-    /// with 4; prefill's packing and packed tiles measured slower with 12).
-    static constexpr std::size_t stream_prefetch_rows = 12;
     template <class E>
     [[gnu::always_inline]] static void prefetch_row(const E* base, std::size_t row, std::size_t stride, std::size_t n) noexcept {
         const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(base) + row * stride * sizeof(E);

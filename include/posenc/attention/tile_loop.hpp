@@ -328,12 +328,14 @@ struct attn_call {
             // scale_then_add: the qk step scales each row as it stores it (the same single rounding).
             // The tile's V rows asked for (into L2) during QKᵀ, the next tile's K rows during PV: a
             // head's rows lie a token stride apart, beyond the hardware prefetcher's reach, and
-            // packing them had waited on L3.
-            const simd::attn_rows_ahead v_ahead{v.row(j0, hk), nk, v.token_stride() * sizeof(KV), sh.Dv * sizeof(KV)};
+            // packing them had waited on L3 (decode: as the CPU's attn_decode_prefetch says).
+            const bool ask_ahead = R > 2 * simd::attn_row_block || ker.decode_prefetch.other_stream;
+            const simd::attn_rows_ahead v_ahead =
+                ask_ahead ? simd::attn_rows_ahead{v.row(j0, hk), nk, v.token_stride() * sizeof(KV), sh.Dv * sizeof(KV)} : simd::attn_rows_ahead{};
             // Cut short only where every row is masked below (the same condition: vis partial).
             const std::size_t* row_keys = vis == tile_visibility::partial ? visible_key_ends(t, ks, w.row_keys.data()) : nullptr;
             ker.qk({w.q.data(), t.rows_pad, D, kbase, kstride, nk, w.kt.data(), w.s.data(),
-                    add_then_scale ? nullptr : w.row_scale.data(), ktype, v_ahead, row_keys});
+                    add_then_scale ? nullptr : w.row_scale.data(), ktype, v_ahead, row_keys, ker.decode_prefetch.stream_rows});
 
             const bool by_distance = fill_distance_terms(t, ks, w);
             const bool float_terms =
@@ -365,7 +367,7 @@ struct attn_call {
                 }
             }
             ker.softmax({w.s.data(), R, nk, st.m, st.l, opt.softcap, w.alpha.data()});
-            const std::size_t next = j0 + BK < end ? std::min(BK, end - j0 - BK) : 0;
+            const std::size_t next = ask_ahead && j0 + BK < end ? std::min(BK, end - j0 - BK) : 0;
             const simd::attn_rows_ahead k_ahead =
                 next ? simd::attn_rows_ahead{k.row(j0 + BK, hk), next, k.token_stride() * sizeof(KV), D * sizeof(KV)} : simd::attn_rows_ahead{};
             if (R > 2 * simd::attn_row_block && (widen || v.token_stride() != sh.Dv)) {
@@ -373,10 +375,10 @@ struct attn_call {
                 // sets, and the pv step streams the tile once per block of rows.
                 ker.widen({v.row(j0, hk), dtype_of<KV>, nk, sh.Dv, v.token_stride(), w.vbuf.data(), sh.Dv});
                 ker.pv({w.s.data(), R, nk, w.vbuf.data(), sh.Dv, sh.Dv, st.acc, sh.acc_stride, dtype::f32, false, k_ahead,
-                        w.alpha.data(), row_keys});
+                        w.alpha.data(), row_keys, ker.decode_prefetch.stream_rows});
             } else {  // V read in place (decode, or dense float rows), 16-bit rows widened as they are loaded
                 ker.pv({w.s.data(), R, nk, v.row(j0, hk), v.token_stride(), sh.Dv, st.acc, sh.acc_stride, dtype_of<KV>, false,
-                        k_ahead, w.alpha.data(), row_keys});
+                        k_ahead, w.alpha.data(), row_keys, ker.decode_prefetch.stream_rows});
             }
             for (std::size_t r = 0; r < R; ++r)
                 add_bias_to_output(enc.bias, hk * G + r % G, t.qs[r / G], ks, std::span<const float>(w.s.data() + r * BK, nk),

@@ -1,6 +1,7 @@
 #pragma once
 // Facts about the CPU the program runs on (CPUID), for the choices the kernels cannot make from
-// their compile flags (F16C for fp16 under run-time dispatch), and the compile-time switch for the
+// their compile flags (F16C for fp16 under run-time dispatch, the vendor for attention's decode
+// prefetch tuning), and the compile-time switch for the
 // software prefetch of 16-bit buffers. Not included by the per-architecture kernel units (the COMDAT rule,
 // docs/simd-and-precision.md): the kernels get the answers through rotate_args.
 
@@ -8,13 +9,16 @@ namespace posenc::simd {
 
 /// What the choices below are made from.
 struct cpu_signature {
-    bool f16c = false;  ///< CPUID.1:ECX bit 29
+    bool f16c = false;   ///< CPUID.1:ECX bit 29
+    bool intel = false;  ///< CPUID.0's vendor string (EBX, EDX, ECX) is "GenuineIntel"
 };
 
-/// From CPUID leaf 1's ECX.
-[[nodiscard]] constexpr cpu_signature decode_cpuid(unsigned leaf1_ecx) noexcept {
+/// From CPUID leaf 1's ECX and leaf 0's EBX, EDX, ECX (the vendor string's three parts, in that order).
+[[nodiscard]] constexpr cpu_signature decode_cpuid(unsigned leaf1_ecx, unsigned vendor_ebx = 0, unsigned vendor_edx = 0,
+                                                   unsigned vendor_ecx = 0) noexcept {
     cpu_signature s;
     s.f16c = (leaf1_ecx >> 29) & 1u;
+    s.intel = vendor_ebx == 0x756e6547u && vendor_edx == 0x49656e69u && vendor_ecx == 0x6c65746eu;  // "Genu" "ineI" "ntel"
     return s;
 }
 
@@ -34,7 +38,7 @@ inline void read_cpuid(unsigned leaf, unsigned subleaf, unsigned (&r)[4]) noexce
         unsigned v[4], l1[4] = {};
         read_cpuid(0, 0, v);
         if (v[0] >= 1) read_cpuid(1, 0, l1);
-        return decode_cpuid(l1[2]);
+        return decode_cpuid(l1[2], v[1], v[3], v[2]);
     }();
     return sig;
 #else
