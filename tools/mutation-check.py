@@ -386,6 +386,9 @@ MUTANTS = [
      "in-place Q and K of the same memory accepted (rotated twice)"),
     ("rope/detail/rotate_job.hpp", "if (!absent(v) && (v.head_dim() != head_dim", "if (!v.empty() && (v.head_dim() != head_dim",
      "an empty view skipped whatever its token count"),
+    # the CPU's facts
+    ("simd/cpu.hpp", "return decode_cpuid(l1[2], v[1], v[3], v[2]);", "return decode_cpuid(l1[2], v[1], v[2], v[3]);",
+     "the vendor string read as EBX, ECX, EDX instead of EBX, EDX, ECX (Intel)"),
     # found surviving by a mutation audit (stop 54); now caught
     ("attention/workspace.hpp", "have.G >= need.G && (have.key_copy || !need.key_copy);", "have.G >= need.G;",
      "a workspace without a key copy taken for a call that rotates keys"),
@@ -491,9 +494,10 @@ endforeach()
 """
 
 
-# Mutants of one instruction set's code (tagged so in their description): the tests run that code
-# only on a CPU that has it, so elsewhere they are skipped, not counted as survivors.
-NEEDS = {"(AVX-512)": "avx512bw", "(AVX2)": "avx2"}
+# Mutants of one instruction set's code, or of what one vendor's CPUs are told (tagged so in their
+# description): the tests run that code, or see the difference, only on such a CPU, so elsewhere they
+# are skipped, not counted as survivors. (/proc/cpuinfo's words: its flags and its vendor_id.)
+NEEDS = {"(AVX-512)": "avx512bw", "(AVX2)": "avx2", "(Intel)": "GenuineIntel"}
 
 
 def missing_flag(what):
