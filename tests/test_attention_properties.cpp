@@ -306,7 +306,9 @@ TEST_CASE("attention: decode's prefetch tuning changes no bit, on every SIMD arc
     const posenc::simd::cpu_signature intel{.intel = true}, other{};
     CHECK_FALSE(posenc::simd::decode_prefetch_for(intel).other_stream);
     CHECK(posenc::simd::decode_prefetch_for(other).other_stream);
-    CHECK(posenc::simd::attention_kernels().decode_prefetch.other_stream == !posenc::simd::this_cpu().intel);
+    const auto chosen = posenc::simd::attention_kernels().decode_prefetch;
+    CHECK(chosen.other_stream == !posenc::simd::this_cpu().intel);
+    CHECK(chosen.stream_rows == posenc::simd::decode_prefetch_for(posenc::simd::this_cpu()).stream_rows);
 }
 
 TEST_CASE("attention: every SIMD architecture this CPU has equals the reference", "[attention][simd]") {

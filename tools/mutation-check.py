@@ -501,7 +501,7 @@ NEEDS = {"(AVX-512)": "avx512bw", "(AVX2)": "avx2", "(Intel)": "GenuineIntel"}
 
 
 def missing_flag(what):
-    """The CPU flag a mutant's code needs and this CPU lacks, or None."""
+    """The CPU flag (or vendor) a mutant needs and this CPU lacks, or None."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = set(f.read().split())

@@ -5,6 +5,7 @@
 // widest one the CPU runs is picked at run time; otherwise they follow the including unit's target.
 
 #include "posenc/attention/functors.hpp"
+#include "posenc/simd/cpu.hpp"
 #include "posenc/simd/dispatch.hpp"
 #include "posenc/simd/xsimd_compat.hpp"  // xsimd
 
@@ -42,10 +43,9 @@ template <class Arch>
     return k;
 }
 
-/// Decode's prefetch for a CPU, as measured on S6 (decode over an 8192-token cache): on an AMD Zen 5,
-/// both streams in flight and 12 rows ahead; on an Intel Xeon (AVX-512, AMX) 6 rows ahead and no
-/// requests for the other stream, which there hold L1 fill buffers while its L2 streamer follows a
-/// head-major cache's rows by itself (S6 float 0.77 -> 0.85 of a read pass, bf16 0.62 -> 0.69).
+/// Decode's prefetch for a CPU, by vendor: the vendor stands in for the two CPUs it was measured on
+/// (docs/performance.md), an AMD Zen 5 (the default) and an Intel Xeon, where the requests for the
+/// other stream cost more than they bring and the stream in use is asked for 6 rows ahead.
 [[nodiscard]] constexpr attn_decode_prefetch decode_prefetch_for(const cpu_signature& cpu) noexcept {
     return cpu.intel ? attn_decode_prefetch{.stream_rows = 6, .other_stream = false} : attn_decode_prefetch{};
 }

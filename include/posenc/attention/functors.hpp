@@ -29,12 +29,14 @@ struct attn_rows_ahead {
 };
 
 /// Decode's software prefetch (steps of ≤ 2·attn_row_block rows: QKᵀ by dot products, V read in
-/// place, streaming the cache from memory at compute pace): how many rows ahead a step asks for its
-/// own stream's rows (into L1), and whether the tile loop has it ask for the other stream's rows too
-/// (into L2, attn_rows_ahead). A tuning per microarchitecture that no result depends on; dispatch.hpp
-/// picks it for the CPU at run time (decode_prefetch_for).
+/// place, streaming the cache from memory at compute pace), a tuning no result depends on;
+/// attention_kernels() sets the CPU's (dispatch.hpp's decode_prefetch_for), and the default is the one
+/// measured on an AMD Zen 5.
 struct attn_decode_prefetch {
+    /// How many rows past the one in use a step asks for its own stream's rows (into L1): a few (0
+    /// asks for the row in use; rows past the keys' end are hints that never fault).
     std::size_t stream_rows = 12;
+    /// Whether the tile loop has the steps also ask for the other stream's rows (into L2, attn_rows_ahead).
     bool other_stream = true;
 };
 
@@ -63,7 +65,7 @@ struct attn_qk_args {
     dtype k_type = dtype::f32;
     attn_rows_ahead ahead{};
     const std::size_t* row_keys = nullptr;
-    std::size_t stream_rows = attn_decode_prefetch{}.stream_rows;
+    std::size_t stream_rows = attn_decode_prefetch{}.stream_rows;  ///< decode's own stream, rows ahead (L1)
 };
 
 /// One online-softmax step over a score tile (rows real rows, keys valid columns; −∞ = masked):
@@ -111,7 +113,7 @@ struct attn_pv_args {
     attn_rows_ahead ahead{};
     const float* acc_scale = nullptr;
     const std::size_t* row_keys = nullptr;
-    std::size_t stream_rows = attn_decode_prefetch{}.stream_rows;
+    std::size_t stream_rows = attn_decode_prefetch{}.stream_rows;  ///< decode's own stream, rows ahead (L1)
 };
 
 /// dst[j][0, dim) = float(src_j) for j < rows, exactly (16-bit K or V widened for the float steps,
@@ -189,7 +191,8 @@ struct attn_grad_ds_functor {
     void operator()(Arch, const attn_grad_ds_args& a) const noexcept;
 };
 
-/// The steps for one architecture, resolved once per attention call.
+/// The steps for one architecture, resolved once per attention call, and how decode prefetches on the
+/// CPU they run on (attention_kernels(); attention_kernels_for<Arch>() leaves the default).
 struct attn_kernels {
     void (*qk)(const attn_qk_args&) noexcept = nullptr;
     void (*softmax)(const attn_softmax_args&) noexcept = nullptr;
@@ -199,7 +202,7 @@ struct attn_kernels {
     void (*add_terms)(const attn_add_terms_args&) noexcept = nullptr;
     void (*grad_ds)(const attn_grad_ds_args&) noexcept = nullptr;
     const char* arch = "";
-    attn_decode_prefetch decode_prefetch{};
+    attn_decode_prefetch decode_prefetch{};  ///< passed to the steps of decode-sized tiles
 };
 
 }  // namespace posenc::simd

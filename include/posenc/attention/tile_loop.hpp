@@ -329,7 +329,7 @@ struct attn_call {
             // The tile's V rows asked for (into L2) during QKᵀ, the next tile's K rows during PV: a
             // head's rows lie a token stride apart, beyond the hardware prefetcher's reach, and
             // packing them had waited on L3 (decode: as the CPU's attn_decode_prefetch says).
-            const bool ask_ahead = R > 2 * simd::attn_row_block || ker.decode_prefetch.other_stream;
+            const bool ask_ahead = t.rows_pad > 2 * simd::attn_row_block || ker.decode_prefetch.other_stream;
             const simd::attn_rows_ahead v_ahead =
                 ask_ahead ? simd::attn_rows_ahead{v.row(j0, hk), nk, v.token_stride() * sizeof(KV), sh.Dv * sizeof(KV)} : simd::attn_rows_ahead{};
             // Cut short only where every row is masked below (the same condition: vis partial).

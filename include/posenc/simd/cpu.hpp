@@ -1,9 +1,9 @@
 #pragma once
 // Facts about the CPU the program runs on (CPUID), for the choices the kernels cannot make from
-// their compile flags (F16C for fp16 under run-time dispatch, the vendor for attention's decode
-// prefetch tuning), and the compile-time switch for the
-// software prefetch of 16-bit buffers. Not included by the per-architecture kernel units (the COMDAT rule,
-// docs/simd-and-precision.md): the kernels get the answers through rotate_args.
+// their compile flags (F16C for fp16 under run-time dispatch; the vendor, for attention's decode
+// prefetch), and the compile-time switch for the software prefetch of 16-bit buffers. Not included
+// by the per-architecture kernel units (the COMDAT rule, docs/simd-and-precision.md): the kernels get
+// the answers through rotate_args and the attention steps' args.
 
 namespace posenc::simd {
 
