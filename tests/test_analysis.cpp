@@ -216,6 +216,22 @@ TEST_CASE("analysis: ALiBi via one RoPE pair reproduces the article's numbers", 
     posenc_test::expect_config_error([&] { (void)an::alibi_rope_for_window(-1, 64, 65536, 0.1); }, "slope", "-1");
 }
 
+TEST_CASE("analysis: ALiBi via RoPE accepts the largest phase pi/2", "[analysis][alibi_rope]") {
+    // alibi_rope.hpp: max_phase in (0, pi/2], where sin is monotone over the window. pi/2 itself is allowed, and it
+    // is what alibi_rope_phase_for_tolerance returns when even the largest phase meets the tolerance.
+    const double m = 0.5, half_pi = std::numbers::pi / 2;
+    const std::int64_t W = 1024;
+    CHECK_NOTHROW(an::alibi_rope_for_window(m, 64, W, half_pi));
+    const auto p = an::alibi_rope_for_window(m, 64, W, half_pi);
+    CHECK(p.theta == Approx(half_pi / 1024.0).epsilon(1e-15));
+    CHECK(p.n == Approx(m * 8.0 / (half_pi / 1024.0)).epsilon(1e-14));
+    // Worst deviation at d = W: (m/theta)·(phi − sin phi) = m·W·(1 − 2/pi).
+    CHECK(an::alibi_rope_max_deviation(p, m, 64, W) == Approx(m * 1024.0 * (1.0 - 2.0 / std::numbers::pi)).epsilon(1e-12));
+    const double loose = an::alibi_rope_phase_for_tolerance(m, W, 1e6);
+    CHECK(loose == half_pi);
+    CHECK_NOTHROW(an::alibi_rope_for_window(m, 64, W, loose));
+}
+
 TEST_CASE("analysis: max deviation of a pair with a model's own frequency", "[analysis][alibi_rope]") {
     // N chosen for another θ: the error m·d − (N/√hd)·sin(θd) has an interior extremum.
     const double m = 0.5, hd = 64;

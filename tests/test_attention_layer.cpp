@@ -275,6 +275,21 @@ TEST_CASE("attention_layer: a model's layers from its config", "[attention_layer
         "model_type", "deepseek_v3");
 }
 
+TEST_CASE("attention_layer: Gemma-2 layers take the config's logit softcap in place of the options' one", "[attention_layer]") {
+    // Gemma2Config: attn_logit_softcapping = 50.0 by default, an explicit value replaces it, null turns it off;
+    // hf/attention_layer.hpp: softcap and sinks come from the config, the options' ones are replaced.
+    const std::string g = R"({"model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 2304)";
+    const auto by_default = posenc::hf::make_attention_layers(posenc::hf::layers_from_string(g + "}"), 8);
+    REQUIRE(by_default.size() == 2);
+    for (const auto& l : by_default) CHECK(l.softcap() == 50.0f);
+    posenc::attention_layer_options o;
+    o.softcap = 7.0f;
+    const auto set = posenc::hf::make_attention_layers(posenc::hf::layers_from_string(g + R"(, "attn_logit_softcapping": 30.0})"), 8, 0, o);
+    for (const auto& l : set) CHECK(l.softcap() == 30.0f);
+    const auto off = posenc::hf::make_attention_layers(posenc::hf::layers_from_string(g + R"(, "attn_logit_softcapping": null})"), 8, 0, o);
+    for (const auto& l : off) CHECK(l.softcap() == 0.0f);
+}
+
 TEST_CASE("attention_layer: bad input throws naming the field, nothing written", "[attention_layer][errors]") {
     const std::size_t H = 4, Hkv = 2, D = 16;
     const posenc::any_rotary rope(posenc::rope_layout::half_split, {.head_dim = D}, posenc::default_rope{.base = 10000});

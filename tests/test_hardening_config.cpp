@@ -269,6 +269,32 @@ TEST_CASE("hardening: messages name the key as written in the file, shortened, o
     expect_config_error([&] { (void)posenc::hf::parse_config(with(neox, {{"rotary_pct", "a"}})); }, "rotary_pct");
 }
 
+TEST_CASE("hardening: a long non-ASCII value is echoed shortened at a character boundary (valid UTF-8)", "[hf][hardening]") {
+    // errors.hpp: messages are cut at a UTF-8 boundary. Values of 2-, 3- and 4-byte characters, ~80 bytes of which
+    // are echoed: the echo must not end in part of a character.
+    auto valid_utf8 = [](const std::string& s) {
+        for (std::size_t i = 0; i < s.size();) {
+            const auto c = static_cast<unsigned char>(s[i]);
+            const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+            if (n == 0 || i + n > s.size()) return false;
+            for (std::size_t k = 1; k < n; ++k)
+                if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+            i += n;
+        }
+        return true;
+    };
+    for (const std::string& ch : {std::string("\xc3\xa9"), std::string("\xe2\x82\xac"), std::string("\xf0\x9d\x84\x9e")}) {
+        std::string value;
+        for (int i = 0; i < 100; ++i) value += ch;
+        const auto e = config_error_of(with(llama, {{"rope_scaling", {{"rope_type", value}}}}).dump());
+        INFO("character of " << ch.size() << " bytes");
+        CHECK(e.key() == "rope_scaling.rope_type");
+        CHECK(e.value().find("...") != std::string::npos);
+        CHECK(valid_utf8(e.value()));
+        CHECK(valid_utf8(e.what()));
+    }
+}
+
 TEST_CASE("hardening: Phi-3's top-level original length, MPT's alibi_bias_max, NUL in a key", "[hf][hardening]") {
     json phi = json::parse(std::ifstream(data_path("configs/phi-3-mini-128k.json")));
     phi["original_max_position_embeddings"] = 0;

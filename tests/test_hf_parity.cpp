@@ -255,6 +255,18 @@ TEST_CASE("Gemma-2: alternating layers, query_pre_attn_scalar and softcapping fr
     CHECK(o.layers[0].scale == 1.0 / 12.0);
 }
 
+TEST_CASE("Gemma-2 and Gemma-3: query_pre_attn_scalar must be > 0", "[hf][parity][layers]") {
+    // The softmax scale is query_pre_attn_scalar^(-1/2) (Gemma2Attention.scaling): 0 would give inf, a negative
+    // value NaN; the reader names the key instead.
+    for (const char* type : {"gemma2", "gemma3_text"})
+        for (const char* value : {"0", "-144"}) {
+            INFO(type << " query_pre_attn_scalar " << value);
+            json c{{"model_type", type}, {"num_hidden_layers", 2}, {"hidden_size", 2304}};
+            c["query_pre_attn_scalar"] = json::parse(value);
+            expect_config_error([&] { (void)posenc::hf::parse_layers(c); }, "query_pre_attn_scalar", value);
+        }
+}
+
 TEST_CASE("Qwen2-VL-7B (flat, v4 file): mrope section read, default schedule, vision token ids", "[hf][parity][mrope]") {
     // The shape of Qwen/Qwen2-VL-7B-Instruct's config.json.
     const json c{{"model_type", "qwen2_vl"}, {"hidden_size", 3584}, {"num_attention_heads", 28}, {"num_key_value_heads", 4},

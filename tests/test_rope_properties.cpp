@@ -131,10 +131,44 @@ TEST_CASE("dynamic NTK: a short prompt after a long one gets the short prompt's 
     CHECK(posenc_test::max_abs_diff({before.begin(), before.end()}, ref) <= 1e-6);
 }
 
+TEST_CASE("any_rotary built from a typed dynamic_ntk takes seq_len: the base at L and not at L0", "[rope][property]") {
+    // any_rotary(layout, dims, schedule, seq_len) with the schedule's own type, as with an any_schedule: HF's
+    // dynamic NTK base above L0 is base·(s·L/L0 − (s − 1))^(d/(d−2)), and inv_freq_i = base'^(−2i/d).
+    const posenc::dynamic_ntk d{.base = 10000, .factor = 4, .original_max_position = 4096};
+    for (const std::int64_t L : {std::int64_t{8192}, std::int64_t{100000}}) {
+        const double b = 10000 * std::pow(4.0 * static_cast<double>(L) / 4096.0 - 3.0, 64.0 / 62.0);
+        for (const auto layout : {posenc::rope_layout::half_split, posenc::rope_layout::interleaved}) {
+            const posenc::any_rotary rope(layout, {.head_dim = 64}, d, L);
+            const auto& inv = rope.frequencies().inv_freq;
+            REQUIRE(inv.size() == 32);
+            double worst = 0;
+            for (std::size_t i = 0; i < inv.size(); ++i)
+                worst = std::max(worst, std::abs(inv[i] / std::pow(b, -2.0 * static_cast<double>(i) / 64.0) - 1.0));
+            INFO("L = " << L);
+            CHECK(worst <= 1e-13);
+        }
+    }
+}
+
 TEST_CASE("linear divides the default inverse frequencies by the factor", "[rope][property]") {
     const auto def = posenc::default_rope{.base = 10000}.frequencies(128).inv_freq;
     const auto lin = posenc::linear{.base = 10000, .factor = 8}.frequencies(128).inv_freq;
     for (std::size_t i = 0; i < def.size(); ++i) CHECK(lin[i] == def[i] / 8);
+}
+
+TEST_CASE("linear interpolates every pair: its interpolation weights are all 1", "[rope][property]") {
+    // concepts.hpp: theta'_i = w_i·theta_i/s + (1 − w_i)·theta_i. Position Interpolation (Chen et al. 2023) divides
+    // every theta_i by s, so every w_i is 1 (default_rope, which moves no pair, has every w_i = 0).
+    const double s = 8;
+    const auto w = posenc::linear{.base = 10000, .factor = s}.interpolation(128);
+    REQUIRE(w.size() == 64);
+    CHECK(w == std::vector<double>(64, 1.0));
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+        const double theta = std::pow(10000.0, -2.0 * static_cast<double>(i) / 128.0);
+        off += !(std::abs(w[i] * theta / s + (1.0 - w[i]) * theta - theta / s) <= 1e-15 * theta);
+    }
+    CHECK(off == 0);
 }
 
 TEST_CASE("ntk_aware uses base * s^(d/(d-2))", "[rope][property]") {

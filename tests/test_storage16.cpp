@@ -71,6 +71,40 @@ TEST_CASE("bf16 and fp16 round to nearest even like the double-precision format 
     REQUIRE(patterns == 65536 - 2 * 1023);
 }
 
+TEST_CASE("bf16 and fp16 keep a NaN whose payload lies only in the dropped low bits a quiet NaN and never inf", "[dtypes]") {
+    // IEEE 754 (6.2.3): a conversion of a NaN delivers a NaN. A signalling NaN whose payload bits all lie in the
+    // 16 (bf16) or 13 (fp16) low bits that the conversion drops would come out as the all-zero mantissa of
+    // +-inf unless the quiet bit is set: dtypes.hpp promises a quiet NaN (fp16: as F16C's vcvtps2ph).
+    for (const std::uint32_t bits : {0x7F800001u, 0xFF800001u, 0x7F801FFFu, 0x7F80FFFFu, 0xFF808000u}) {
+        INFO("x bits 0x" << std::hex << bits);
+        const float x = std::bit_cast<float>(bits);
+        REQUIRE(std::isnan(x));
+        const posenc::bf16 b(x);
+        const posenc::fp16 h(x);
+        CHECK((b.bits & 0x7FC0u) == 0x7FC0u);  // exponent all ones, quiet bit set
+        CHECK((b.bits & 0x8000u) == ((bits >> 16) & 0x8000u));
+        CHECK((h.bits & 0x7E00u) == 0x7E00u);
+        CHECK((h.bits & 0x8000u) == ((bits >> 16) & 0x8000u));
+        CHECK(std::isnan(static_cast<float>(b)));
+        CHECK(std::isnan(static_cast<float>(h)));
+    }
+}
+
+TEST_CASE("fp16 rounds exact ties between subnormals to the even neighbour", "[dtypes]") {
+    // (q + 1/2)·2^-24 lies halfway between the subnormal halves q·2^-24 and (q + 1)·2^-24 (bits: mantissa q,
+    // exponent 0); round-to-nearest-even takes the even q. 1023.5·2^-24 rounds up into 2^-14, the smallest normal.
+    struct subnormal_tie {
+        int twice;           // x = twice·2^-25
+        std::uint16_t bits;  // the even neighbour's binary16 bits
+    };
+    for (const subnormal_tie t : {subnormal_tie{3, 2}, subnormal_tie{5, 2}, subnormal_tie{7, 4}, subnormal_tie{9, 4},
+                                  subnormal_tie{2045, 1022}, subnormal_tie{2047, 0x400}, subnormal_tie{-5, 0x8002}}) {
+        const float x = std::ldexp(static_cast<float>(t.twice), -25);
+        INFO("x = " << t.twice << "·2^-25");
+        CHECK(posenc::fp16(x).bits == t.bits);
+    }
+}
+
 namespace {
 
 // ---- kernels forced per architecture -------------------------------------------------------------

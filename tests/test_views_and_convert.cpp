@@ -60,6 +60,28 @@ TEST_CASE("heads-major layout and the rotary slice of a wider head", "[views]") 
         for (std::size_t j = 0; j < 128; ++j) CHECK(w[h * 192 + j] == wide[h * 192 + j]);
 }
 
+TEST_CASE("tokens_slice of a fused QKV view keeps its strides and rejects ranges past the end", "[views]") {
+    // K inside fused rows Q (2 heads) | K (2 heads) | V (2 heads) of D lanes: head h of token t of K starts at
+    // t·row + 2·D + h·D in the buffer, whichever slice it is reached through.
+    const std::size_t T = 6, D = 8, row = 6 * D;
+    std::vector<float> qkv(T * row);
+    const posenc::heads_view<float> k(std::span<float>(qkv).subspan(2 * D), {T, 2, D}, {.token = row});
+    const auto s = k.tokens_slice(2, 3);
+    CHECK(s.tokens() == 3);
+    CHECK(s.heads() == 2);
+    CHECK(s.head_dim() == D);
+    CHECK(s.token_stride() == row);
+    CHECK(s.head_stride() == D);
+    for (std::size_t t = 0; t < 3; ++t)
+        for (std::size_t h = 0; h < 2; ++h) CHECK(s.row(t, h) == qkv.data() + (2 + t) * row + 2 * D + h * D);
+    // tensor.hpp: tokens [first, first + count) of the view; a range past tokens() throws.
+    CHECK(k.tokens_slice(3, 3).tokens() == 3);
+    CHECK(k.tokens_slice(6, 0).tokens() == 0);
+    CHECK_THROWS_AS(k.tokens_slice(4, 3), posenc::range_error);
+    CHECK_THROWS_AS(k.tokens_slice(5, 6), posenc::range_error);
+    CHECK_THROWS_AS(k.tokens_slice(7, 0), posenc::range_error);
+}
+
 TEST_CASE("weight permutation: half_split(P W x) == P interleaved(W x)", "[convert]") {
     for (std::size_t rotary : {64u, 32u}) {
         const std::size_t H = 3, D = 64, C = 40;

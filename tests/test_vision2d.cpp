@@ -88,6 +88,14 @@ TEST_CASE("Qwen-VL ViT patch order: merge blocks row by row, rows then columns i
     expect_config_error([&] { (void)posenc::qwen_vision_positions(bad, 2); }, "grid.h", "3");
 }
 
+TEST_CASE("Qwen-VL ViT patch positions: a width that is not a multiple of spatial_merge_size is rejected", "[vision2d][errors]") {
+    // HF's rot_pos_emb reshapes each frame to (h/s, s, w/s, s): h and w must both be multiples of s (vision2d.hpp).
+    const std::vector<posenc::patch_grid> bad = {{1, 4, 3}};
+    expect_config_error([&] { (void)posenc::qwen_vision_positions(bad, 2); }, "grid.w", "3");
+    const std::vector<posenc::patch_grid> second_bad = {{1, 3, 3}, {1, 6, 4}};
+    expect_config_error([&] { (void)posenc::qwen_vision_positions(second_bad, 3); }, "grid.w", "4");
+}
+
 TEST_CASE("Pixtral patch order: row-major mesh per image", "[vision2d]") {
     const std::vector<posenc::patch_grid> g = {{1, 2, 3}, {1, 1, 2}};
     const auto p = posenc::pixtral_positions(g);
