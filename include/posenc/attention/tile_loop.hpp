@@ -1,6 +1,7 @@
 #pragma once
 // The attention kernel's loop over one work item (a kv head × a tile of query tokens), in detail::.
-// attention.hpp checks a call and schedules the items; this file computes them.
+// attention.hpp checks a call and schedules the items; this file computes them (some 450 lines: the
+// loop and the tile buffers it sizes are read together).
 //
 // Keys are processed in segments of attn_segment_keys: each segment's softmax state (running max m,
 // sum l, accumulator acc) starts fresh, tile by tile as FlashAttention-2 does, and the segments are
