@@ -15,6 +15,7 @@
 #include "support/each_arch.hpp"
 #include "support/errors.hpp"
 #include "support/heads.hpp"
+#include "support/storage16.hpp"
 
 using namespace posenc_test;
 
@@ -258,35 +259,31 @@ void check_decode_prefetch_changes_no_bit(Arch) {
             std::copy_n(p.k.begin() + (t * Hkv + h) * D, D, kh.begin() + (h * T + t) * D);
             std::copy_n(p.v.begin() + (t * Hkv + h) * D, D, vh.begin() + (h * T + t) * D);
         }
-    std::vector<posenc::bf16> kb, vb;
-    for (float x : kh) kb.push_back(posenc::bf16(x));
-    for (float x : vh) vb.push_back(posenc::bf16(x));
+    const auto kb = to_storage<posenc::bf16>(kh), vb = to_storage<posenc::bf16>(vh);
     const posenc::heads_strides head_major{.token = D, .head = T * D};
     const posenc::attention_encoding enc{rope};
-    auto decode = [&](posenc::simd::attn_decode_prefetch tuning, std::size_t tokens, bool in_bf16) {
+    auto decode = [&]<class E>(posenc::simd::attn_decode_prefetch tuning, std::size_t tokens, const std::vector<E>& k,
+                               const std::vector<E>& v) {
         auto kernels = posenc::simd::attention_kernels_for<Arch>();
         kernels.decode_prefetch = tuning;
         const std::size_t t0 = T - tokens;
         std::vector<float> q(p.q.begin() + t0 * Hq * D, p.q.end()), out(tokens * Hq * D);
         const std::vector<std::int64_t> qpos(p.qpos.begin() + t0, p.qpos.end());
-        const posenc::attention_options opt{.keys_transformed = true};
-        if (in_bf16)
-            posenc::detail::attention_on(kernels, enc, hv(q, tokens, Hq, D), posenc::heads_view<const posenc::bf16>(kb.data(), {T, Hkv, D}, head_major),
-                                         posenc::heads_view<const posenc::bf16>(vb.data(), {T, Hkv, D}, head_major), hv(out, tokens, Hq, D),
-                                         qpos, p.kpos, posenc::causal_mask{}, opt);
-        else
-            posenc::detail::attention_on(kernels, enc, hv(q, tokens, Hq, D), posenc::heads_view<const float>(kh.data(), {T, Hkv, D}, head_major),
-                                         posenc::heads_view<const float>(vh.data(), {T, Hkv, D}, head_major), hv(out, tokens, Hq, D),
-                                         qpos, p.kpos, posenc::causal_mask{}, opt);
+        posenc::detail::attention_on(kernels, enc, hv(q, tokens, Hq, D), posenc::heads_view<const E>(k.data(), {T, Hkv, D}, head_major),
+                                     posenc::heads_view<const E>(v.data(), {T, Hkv, D}, head_major), hv(out, tokens, Hq, D), qpos,
+                                     p.kpos, posenc::causal_mask{}, {.keys_transformed = true});
         return out;
+    };
+    auto run = [&](posenc::simd::attn_decode_prefetch tuning, std::size_t tokens, bool in_bf16) {
+        return in_bf16 ? decode(tuning, tokens, kb, vb) : decode(tuning, tokens, kh, vh);
     };
     for (const bool in_bf16 : {false, true})
         for (const std::size_t tokens : {1, 2}) {
-            const auto by_default = decode({}, tokens, in_bf16);
+            const auto by_default = run({}, tokens, in_bf16);
             for (const posenc::simd::attn_decode_prefetch tuning :
                  {posenc::simd::attn_decode_prefetch{6, false}, posenc::simd::attn_decode_prefetch{0, false},
                   posenc::simd::attn_decode_prefetch{1, true}, posenc::simd::attn_decode_prefetch{1000, false}}) {
-                const auto out = decode(tuning, tokens, in_bf16);
+                const auto out = run(tuning, tokens, in_bf16);
                 INFO(Arch::name() << (in_bf16 ? " bf16" : " float") << ", " << tokens << " tokens, " << tuning.stream_rows
                                   << " rows ahead, other stream " << tuning.other_stream);
                 CHECK(std::memcmp(out.data(), by_default.data(), out.size() * sizeof(float)) == 0);
