@@ -247,6 +247,29 @@ TEST_CASE("attention, bf16/fp16 K and V: the float path's bits on the same value
     CHECK(compared > 2 * 10000);
 }
 
+TEST_CASE("attention, bf16 decode with V rows of 64 and more (the word-pair PV step): the float path's bits", "[attention][engine][16bit]") {
+    // On AVX-512, decode's PV step reads bf16 V rows as 32-bit word pairs in blocks of four vectors
+    // (rows of 64 and more); the matrix above has rows of 24. Dv 152: pair blocks, then single
+    // vectors, then a tail; G 1, 4, 8 and 1 or 2 tokens: each register block of decode's rows.
+    std::size_t compared = 0;
+    const auto run = [&](auto arch) {
+        const auto ker = posenc::simd::attention_kernels_for<decltype(arch)>();
+        std::uint32_t seed = 700;
+        for (const std::size_t Dv : {64, 128, 152})
+            for (const std::size_t G : {1, 4, 8})
+                for (const std::size_t Tq : {1, 2}) {
+                    const attn_problem p = make_attn_problem(Tq, 300, 2 * G, 2, 32, Dv, seed++);
+                    const posenc::attention_encoding enc{posenc::nope{}};
+                    check_half_case<posenc::bf16>(ker, "wide V causal", p, enc, attn_model{}, {}, posenc::causal_mask{},
+                                                  [](std::int64_t i, std::int64_t j) { return j <= i; }, compared);
+                    check_half_case<posenc::bf16>(ker, "wide V window", p, enc, attn_model{}, {}, posenc::sliding_window_mask{.window = 100},
+                                                  [](std::int64_t i, std::int64_t j) { return i - 100 < j && j <= i; }, compared);
+                }
+    };
+    REQUIRE(posenc_test::for_each_cpu_arch(posenc::simd::dispatch_archs{}, run) >= 1);
+    CHECK(compared > 10000);
+}
+
 TEST_CASE("attention, 16-bit K/V: const and mutable views, the float call's bits", "[attention][engine][16bit]") {
     const attn_problem p = make_attn_problem(2, 300, 8, 2, 32, 32, 91);
     std::vector<posenc::bf16> k = to_storage<posenc::bf16>(p.k), v = to_storage<posenc::bf16>(p.v);

@@ -16,7 +16,7 @@
 // The steps that share the block shapes live here; the online softmax in kernels_softmax.hpp (on the
 // vector exp, tanh and reductions of kernels_math.hpp), the conversions and prefetch in
 // kernels_convert.hpp (arch-templated structs this one derives from: the COMDAT rule forbids sharing
-// them as plain helpers). Some 450 lines: the QKᵀ and PV steps share their register blocks.
+// them as plain helpers). Some 500 lines: the QKᵀ and PV steps share their register blocks.
 
 #include <cassert>
 #include <cstddef>
@@ -360,6 +360,8 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
 
     template <class E, std::size_t R, std::size_t C, bool Tr>
     static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
+        if constexpr (std::is_same_v<E, bf16> && arch_ops<Arch>::is_avx512 && C % 2 == 0)
+            return pv_block_pairs<R, C, Tr>(a, r0, c0, keys);
         const E* v = static_cast<const E*>(a.v);
         batch acc[R][C];
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
@@ -387,6 +389,50 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
             for (std::size_t j = keys; j < a.keys; ++j) prefetch_ahead(a.ahead, j);
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
+    }
+
+    /// pv_block on bf16 V rows read as word pairs (arch_ops::load_pairs: a shift or a mask per vector,
+    /// where a widening load costs a shuffle and a shift), on AVX-512 (on AVX2 it measured no faster):
+    /// the accumulators are held as even and odd columns, split and joined once per block. Each column
+    /// gets the same FMAs in the same order, so the bits are pv_block's.
+    template <std::size_t R, std::size_t C, bool Tr>
+    static void pv_block_pairs(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
+        using ops = arch_ops<Arch>;
+        constexpr std::size_t P = C / 2;
+        const bf16* v = static_cast<const bf16*>(a.v);
+        typename ops::lane_pairs acc[R][P];
+        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+            POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) {
+                const float* at = a.acc + (r0 + i) * a.acc_stride + c0 + 2 * p * W;
+                acc[i][p] = ops::split_pairs(batch::load_aligned(at), batch::load_aligned(at + W));
+                if (a.acc_scale) acc[i][p] = {acc[i][p].even * batch(a.acc_scale[r0 + i]), acc[i][p].odd * batch(a.acc_scale[r0 + i])};
+            }
+        const std::size_t rows_ahead = a.rows <= 2 * RB ? a.stream_rows : prefetch_rows;
+        for (std::size_t j = 0; j < keys; ++j) {
+            if (c0 == 0 && r0 == 0) {
+                prefetch_row(v, j + rows_ahead, a.v_stride, a.dv);
+                prefetch_ahead(a.ahead, j);
+            }
+            typename ops::lane_pairs vv[P];
+            POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) vv[p] = ops::load_pairs(v + j * a.v_stride + c0 + 2 * p * W);
+            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
+                const batch pb(p_at<Tr>(a, r0 + i, j));
+                POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) {
+                    acc[i][p].even = xsimd::fma(pb, vv[p].even, acc[i][p].even);
+                    acc[i][p].odd = xsimd::fma(pb, vv[p].odd, acc[i][p].odd);
+                }
+            }
+        }
+        if (c0 == 0 && r0 == 0)
+            for (std::size_t j = keys; j < a.keys; ++j) prefetch_ahead(a.ahead, j);
+        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
+            POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) {
+                float* at = a.acc + (r0 + i) * a.acc_stride + c0 + 2 * p * W;
+                batch lo, hi;
+                ops::join_pairs(acc[i][p], lo, hi);
+                lo.store_aligned(at);
+                hi.store_aligned(at + W);
+            }
     }
 
     template <class E, std::size_t R, bool Tr>

@@ -8,7 +8,7 @@
 //    storage type (round to nearest even): F16C for fp16 on AVX2/AVX-512, integer shift + rounding
 //    for bf16, a per-lane conversion elsewhere.
 //  - narrowing, pair shuffles, and the cos/sin rows' quadrant step (as masks on AVX-512).
-// Only arch-templated code here (the COMDAT rule, docs/simd-and-precision.md). Some 450 lines: a list
+// Only arch-templated code here (the COMDAT rule, docs/simd-and-precision.md). Some 470 lines: a list
 // of small independent primitives, each with its architectures' branches side by side.
 
 #include <cstddef>
@@ -361,30 +361,49 @@ struct arch_ops {
         }
     }
 
-    /// out[0, W) = the even lanes of x[0, 2W), out[W, 2W) = the odd ones.
-    static void pair_lanes(const float* x, float* out) noexcept {
+    /// Two vectors of consecutive floats x[0, 2W) as load_pairs orders them (even, odd), and back.
+    static lane_pairs split_pairs(const fbatch& lo, const fbatch& hi) noexcept {
 #if defined(__AVX512BW__)
         if constexpr (is_avx512) {
-            const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + W);
             const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
             const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-            _mm512_storeu_ps(out, _mm512_permutex2var_ps(a, even, b));
-            _mm512_storeu_ps(out + W, _mm512_permutex2var_ps(a, odd, b));
+            return {_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi)};
         } else
 #endif
 #if defined(__AVX2__)
         if constexpr (is_avx2) {
-            const __m256 a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + W);
             const auto in_order = [](__m256 v) noexcept {  // (a0 a2 b0 b2 | a4 a6 b4 b6) → (a0 a2 a4 a6 b0 b2 b4 b6)
                 return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
             };
-            _mm256_storeu_ps(out, in_order(_mm256_shuffle_ps(a, b, 0x88)));
-            _mm256_storeu_ps(out + W, in_order(_mm256_shuffle_ps(a, b, 0xDD)));
+            return {in_order(_mm256_shuffle_ps(lo, hi, 0x88)), in_order(_mm256_shuffle_ps(lo, hi, 0xDD))};
         } else
 #endif
         {
-            (void)x, (void)out;  // not reached: callers check has_bf16_pairs
+            (void)lo, (void)hi;
+            return {fbatch(0.0f), fbatch(0.0f)};  // not reached: callers check has_bf16_pairs
         }
+    }
+    /// The inverse of split_pairs; AVX-512 only (attention's PV step, the one caller, measured no
+    /// faster through pairs on AVX2).
+    static void join_pairs(const lane_pairs& x, fbatch& lo, fbatch& hi) noexcept {
+#if defined(__AVX512BW__)
+        if constexpr (is_avx512) {
+            const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
+            lo = _mm512_permutex2var_ps(x.even, first, x.odd);
+            hi = _mm512_permutex2var_ps(x.even, second, x.odd);
+        } else
+#endif
+        {
+            (void)x, lo = hi = fbatch(0.0f);  // not reached: the caller checks is_avx512
+        }
+    }
+
+    /// out[0, W) = the even lanes of x[0, 2W), out[W, 2W) = the odd ones.
+    static void pair_lanes(const float* x, float* out) noexcept {
+        const lane_pairs p = split_pairs(fbatch::load_unaligned(x), fbatch::load_unaligned(x + W));
+        p.even.store_unaligned(out);
+        p.odd.store_unaligned(out + W);
     }
 
     /// Stores round(even) to p[0], p[2], …, round(odd) to p[1], p[3], … (round as store(bf16*)).
