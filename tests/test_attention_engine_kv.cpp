@@ -250,7 +250,8 @@ TEST_CASE("attention, bf16/fp16 K and V: the float path's bits on the same value
 TEST_CASE("attention, bf16 decode with V rows of 64 and more (the word-pair PV step): the float path's bits", "[attention][engine][16bit]") {
     // On AVX-512, decode's PV step reads bf16 V rows as 32-bit word pairs in blocks of four vectors
     // (rows of 64 and more); the matrix above has rows of 24. Dv 152: pair blocks, then single
-    // vectors, then a tail; G 1, 4, 8 and 1 or 2 tokens: each register block of decode's rows.
+    // vectors, then a tail. Decode's rows (G·tokens ≤ 8: 1, 2, 4, 8) take blocks of 6, 4 and 1 rows;
+    // 16 rows (G 8, 2 tokens) go through the widened tile instead, the float path's own step.
     std::size_t compared = 0;
     const auto run = [&](auto arch) {
         const auto ker = posenc::simd::attention_kernels_for<decltype(arch)>();

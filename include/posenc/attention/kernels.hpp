@@ -16,7 +16,7 @@
 // The steps that share the block shapes live here; the online softmax in kernels_softmax.hpp (on the
 // vector exp, tanh and reductions of kernels_math.hpp), the conversions and prefetch in
 // kernels_convert.hpp (arch-templated structs this one derives from: the COMDAT rule forbids sharing
-// them as plain helpers). Some 500 lines: the QKᵀ and PV steps share their register blocks.
+// them as plain helpers). Some 510 lines: the QKᵀ and PV steps share their register blocks.
 
 #include <cassert>
 #include <cstddef>
@@ -358,10 +358,17 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     template <bool Tr>
     static float p_at(const attn_pv_args& a, std::size_t r, std::size_t j) noexcept { return Tr ? a.p[j * BK + r] : a.p[r * BK + j]; }
 
+    /// Accumulator rows [r0, r0 + R), columns [c0, c0 + C·W) += p · V over the block's keys: bf16 rows
+    /// through word pairs on AVX-512, every other case widened as each vector is loaded.
     template <class E, std::size_t R, std::size_t C, bool Tr>
     static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
-        if constexpr (std::is_same_v<E, bf16> && arch_ops<Arch>::is_avx512 && C % 2 == 0)
-            return pv_block_pairs<R, C, Tr>(a, r0, c0, keys);
+        if constexpr (std::is_same_v<E, bf16> && arch_ops<Arch>::is_avx512 && arch_ops<Arch>::has_bf16_pairs && C % 2 == 0)
+            pv_block_pairs<R, C, Tr>(a, r0, c0, keys);
+        else
+            pv_block_widened<E, R, C, Tr>(a, r0, c0, keys);
+    }
+    template <class E, std::size_t R, std::size_t C, bool Tr>
+    static void pv_block_widened(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
         const E* v = static_cast<const E*>(a.v);
         batch acc[R][C];
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
@@ -391,13 +398,15 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
             POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
     }
 
-    /// pv_block on bf16 V rows read as word pairs (arch_ops::load_pairs: a shift or a mask per vector,
-    /// where a widening load costs a shuffle and a shift), on AVX-512 (on AVX2 it measured no faster):
-    /// the accumulators are held as even and odd columns, split and joined once per block. Each column
-    /// gets the same FMAs in the same order, so the bits are pv_block's.
+    /// pv_block on bf16 V rows read as word pairs (arch_ops::load_pairs: one shift or one mask per
+    /// vector, where a widening load costs a shuffle and a shift), on AVX-512 with BW (on AVX2 it
+    /// measured no faster): the accumulators are held as even and odd columns, split when the block
+    /// loads them and joined when it stores them. Each column gets the same FMAs in the same order, so
+    /// the bits are pv_block_widened's.
     template <std::size_t R, std::size_t C, bool Tr>
     static void pv_block_pairs(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
         using ops = arch_ops<Arch>;
+        static_assert(ops::is_avx512 && ops::has_bf16_pairs && C % 2 == 0);  // (elsewhere the pair steps return zeros)
         constexpr std::size_t P = C / 2;
         const bf16* v = static_cast<const bf16*>(a.v);
         typename ops::lane_pairs acc[R][P];

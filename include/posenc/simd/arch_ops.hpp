@@ -361,7 +361,7 @@ struct arch_ops {
         }
     }
 
-    /// Two vectors of consecutive floats x[0, 2W) as load_pairs orders them (even, odd), and back.
+    /// Two vectors of consecutive floats x[0, 2W) as load_pairs orders them: even, odd.
     static lane_pairs split_pairs(const fbatch& lo, const fbatch& hi) noexcept {
 #if defined(__AVX512BW__)
         if constexpr (is_avx512) {
@@ -383,8 +383,8 @@ struct arch_ops {
             return {fbatch(0.0f), fbatch(0.0f)};  // not reached: callers check has_bf16_pairs
         }
     }
-    /// The inverse of split_pairs; AVX-512 only (attention's PV step, the one caller, measured no
-    /// faster through pairs on AVX2).
+    /// The inverse of split_pairs, on AVX-512 with BW only (attention's PV step, the one caller,
+    /// measured no faster through pairs on AVX2).
     static void join_pairs(const lane_pairs& x, fbatch& lo, fbatch& hi) noexcept {
 #if defined(__AVX512BW__)
         if constexpr (is_avx512) {
@@ -395,7 +395,7 @@ struct arch_ops {
         } else
 #endif
         {
-            (void)x, lo = hi = fbatch(0.0f);  // not reached: the caller checks is_avx512
+            (void)x, lo = hi = fbatch(0.0f);  // not reached: the caller checks is_avx512 and has_bf16_pairs
         }
     }
 
