@@ -16,7 +16,7 @@
 // The steps that share the block shapes live here; the online softmax in kernels_softmax.hpp (on the
 // vector exp, tanh and reductions of kernels_math.hpp), the conversions and prefetch in
 // kernels_convert.hpp (arch-templated structs this one derives from: the COMDAT rule forbids sharing
-// them as plain helpers). Some 510 lines: the QKᵀ and PV steps share their register blocks.
+// them as plain helpers). Some 500 lines: the QKᵀ and PV steps share their register blocks.
 
 #include <cassert>
 #include <cstddef>
@@ -358,25 +358,32 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     template <bool Tr>
     static float p_at(const attn_pv_args& a, std::size_t r, std::size_t j) noexcept { return Tr ? a.p[j * BK + r] : a.p[r * BK + j]; }
 
-    /// Accumulator rows [r0, r0 + R), columns [c0, c0 + C·W) += p · V over the block's keys: bf16 rows
-    /// through word pairs on AVX-512, every other case widened as each vector is loaded.
+    /// Accumulator rows [r0, r0 + R), columns [c0, c0 + C·W) += p · V over the block's keys, each V
+    /// vector widened as it is loaded. bf16 rows on AVX-512 with BW are read as word pairs instead
+    /// (arch_ops::load_pairs: one shift or one mask per vector, where a widening load costs a shuffle
+    /// and a shift; on AVX2 pairs measured no faster), the accumulators then held as even and odd
+    /// columns, split on load and joined on store. Each column gets the same FMAs in the same order
+    /// either way, so the same bits.
     template <class E, std::size_t R, std::size_t C, bool Tr>
     static void pv_block(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
-        if constexpr (std::is_same_v<E, bf16> && arch_ops<Arch>::is_avx512 && arch_ops<Arch>::has_bf16_pairs && C % 2 == 0)
-            pv_block_pairs<R, C, Tr>(a, r0, c0, keys);
-        else
-            pv_block_widened<E, R, C, Tr>(a, r0, c0, keys);
-    }
-    template <class E, std::size_t R, std::size_t C, bool Tr>
-    static void pv_block_widened(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
+        using ops = arch_ops<Arch>;
+        constexpr bool pairs = std::is_same_v<E, bf16> && ops::is_avx512 && ops::has_bf16_pairs && C % 2 == 0;
+        using unit = std::conditional_t<pairs, typename ops::lane_pairs, batch>;
+        constexpr std::size_t U = pairs ? C / 2 : C, UW = pairs ? 2 * W : W;  // units per block, columns per unit
         const E* v = static_cast<const E*>(a.v);
-        batch acc[R][C];
+        unit acc[R][U];
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
-            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = batch::load_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
+            POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
+                const float* at = a.acc + (r0 + i) * a.acc_stride + c0 + u * UW;
+                if constexpr (pairs)
+                    acc[i][u] = ops::split_pairs(batch::load_aligned(at), batch::load_aligned(at + W));
+                else
+                    acc[i][u] = batch::load_aligned(at);
+            }
         if (a.acc_scale)
             POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
                 const batch sc(a.acc_scale[r0 + i]);
-                POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] *= sc;
+                POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) acc[i][u] = pv_scaled(acc[i][u], sc);
             }
         const std::size_t rows_ahead = a.rows <= 2 * RB ? a.stream_rows : prefetch_rows;
         for (std::size_t j = 0; j < keys; ++j) {
@@ -385,63 +392,42 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
                 prefetch_row(v, j + rows_ahead, a.v_stride, a.dv);
                 prefetch_ahead(a.ahead, j);
             }
-            batch vv[C];
-            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) vv[u] = arch_ops<Arch>::load(vr + u * W);
+            unit vv[U];
+            POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
+                if constexpr (pairs)
+                    vv[u] = ops::load_pairs(vr + u * UW);
+                else
+                    vv[u] = ops::load(vr + u * UW);
+            }
             POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
                 const batch pb(p_at<Tr>(a, r0 + i, j));
-                POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u] = xsimd::fma(pb, vv[u], acc[i][u]);
+                POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) acc[i][u] = pv_fma(pb, vv[u], acc[i][u]);
             }
         }
         if (c0 == 0 && r0 == 0)  // the rows ahead a shorter first block did not ask for
             for (std::size_t j = keys; j < a.keys; ++j) prefetch_ahead(a.ahead, j);
         POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
-            POSENC_UNROLL for (std::size_t u = 0; u < C; ++u) acc[i][u].store_aligned(a.acc + (r0 + i) * a.acc_stride + c0 + u * W);
-    }
-
-    /// pv_block on bf16 V rows read as word pairs (arch_ops::load_pairs: one shift or one mask per
-    /// vector, where a widening load costs a shuffle and a shift), on AVX-512 with BW (on AVX2 it
-    /// measured no faster): the accumulators are held as even and odd columns, split when the block
-    /// loads them and joined when it stores them. Each column gets the same FMAs in the same order, so
-    /// the bits are pv_block_widened's.
-    template <std::size_t R, std::size_t C, bool Tr>
-    static void pv_block_pairs(const attn_pv_args& a, std::size_t r0, std::size_t c0, std::size_t keys) noexcept {
-        using ops = arch_ops<Arch>;
-        static_assert(ops::is_avx512 && ops::has_bf16_pairs && C % 2 == 0);  // (elsewhere the pair steps return zeros)
-        constexpr std::size_t P = C / 2;
-        const bf16* v = static_cast<const bf16*>(a.v);
-        typename ops::lane_pairs acc[R][P];
-        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
-            POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) {
-                const float* at = a.acc + (r0 + i) * a.acc_stride + c0 + 2 * p * W;
-                acc[i][p] = ops::split_pairs(batch::load_aligned(at), batch::load_aligned(at + W));
-                if (a.acc_scale) acc[i][p] = {acc[i][p].even * batch(a.acc_scale[r0 + i]), acc[i][p].odd * batch(a.acc_scale[r0 + i])};
-            }
-        const std::size_t rows_ahead = a.rows <= 2 * RB ? a.stream_rows : prefetch_rows;
-        for (std::size_t j = 0; j < keys; ++j) {
-            if (c0 == 0 && r0 == 0) {
-                prefetch_row(v, j + rows_ahead, a.v_stride, a.dv);
-                prefetch_ahead(a.ahead, j);
-            }
-            typename ops::lane_pairs vv[P];
-            POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) vv[p] = ops::load_pairs(v + j * a.v_stride + c0 + 2 * p * W);
-            POSENC_UNROLL for (std::size_t i = 0; i < R; ++i) {
-                const batch pb(p_at<Tr>(a, r0 + i, j));
-                POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) {
-                    acc[i][p].even = xsimd::fma(pb, vv[p].even, acc[i][p].even);
-                    acc[i][p].odd = xsimd::fma(pb, vv[p].odd, acc[i][p].odd);
+            POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) {
+                float* at = a.acc + (r0 + i) * a.acc_stride + c0 + u * UW;
+                if constexpr (pairs) {
+                    batch lo, hi;
+                    ops::join_pairs(acc[i][u], lo, hi);
+                    lo.store_aligned(at);
+                    hi.store_aligned(at + W);
+                } else {
+                    acc[i][u].store_aligned(at);
                 }
             }
-        }
-        if (c0 == 0 && r0 == 0)
-            for (std::size_t j = keys; j < a.keys; ++j) prefetch_ahead(a.ahead, j);
-        POSENC_UNROLL for (std::size_t i = 0; i < R; ++i)
-            POSENC_UNROLL for (std::size_t p = 0; p < P; ++p) {
-                float* at = a.acc + (r0 + i) * a.acc_stride + c0 + 2 * p * W;
-                batch lo, hi;
-                ops::join_pairs(acc[i][p], lo, hi);
-                lo.store_aligned(at);
-                hi.store_aligned(at + W);
-            }
+    }
+    /// pv_block's per-unit arithmetic: one vector, or a pair of even and odd columns lane by lane.
+    static batch pv_scaled(const batch& x, const batch& s) noexcept { return x * s; }
+    static typename arch_ops<Arch>::lane_pairs pv_scaled(const typename arch_ops<Arch>::lane_pairs& x, const batch& s) noexcept {
+        return {x.even * s, x.odd * s};
+    }
+    static batch pv_fma(const batch& p, const batch& v, const batch& acc) noexcept { return xsimd::fma(p, v, acc); }
+    static typename arch_ops<Arch>::lane_pairs pv_fma(const batch& p, const typename arch_ops<Arch>::lane_pairs& v,
+                                                     const typename arch_ops<Arch>::lane_pairs& acc) noexcept {
+        return {xsimd::fma(p, v.even, acc.even), xsimd::fma(p, v.odd, acc.odd)};
     }
 
     template <class E, std::size_t R, bool Tr>
