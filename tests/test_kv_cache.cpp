@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -86,6 +87,35 @@ TEST_CASE("kv_cache: append stores K rotated once, head-major, V copied, positio
     REQUIRE(compared == T * H);
     CHECK(err <= 4e-6 * rope_amplitude * max_abs(k));  // float cos/sin and one rounding of each lane
     CHECK(kk == k);  // the source is only read
+}
+
+TEST_CASE("kv_cache: storage of 2 MiB and more starts on a 2 MiB boundary (huge pages), smaller on 64 bytes", "[kv_cache]") {
+    // Decode reads the whole cache per token: a 2 MiB-aligned buffer can be backed by transparent huge
+    // pages (advised on Linux), 4 KiB pages cost a page walk every 4 KiB.
+    const std::size_t H = 2, D = 64, cap = 4096, T = 3;  // K: H·cap·D floats = 2 MiB exactly
+    constexpr std::uintptr_t huge = std::uintptr_t{1} << 21;
+    posenc::rotary<posenc::half_split> rope({.head_dim = D}, posenc::default_rope{});
+    posenc::kv_cache big(rope, {.kv_heads = H, .head_dim = D, .capacity = cap});
+    posenc::kv_cache<posenc::rotary<posenc::half_split>, posenc::bf16> half(rope, {.kv_heads = H, .head_dim = D, .capacity = cap});
+    REQUIRE(big.key_storage().size_bytes() == huge);
+    CHECK(reinterpret_cast<std::uintptr_t>(big.key_storage().data()) % huge == 0);
+    CHECK(reinterpret_cast<std::uintptr_t>(big.value_storage().data()) % huge == 0);
+    const auto copy = big;  // (a copy allocates its own storage, aligned the same way)
+    CHECK(reinterpret_cast<std::uintptr_t>(copy.key_storage().data()) % huge == 0);
+    static_assert(posenc::detail::huge_page_allocator<char>::alignment(huge - 1) == 64);
+    REQUIRE(half.key_storage().size_bytes() == huge / 2);  // 1 MiB: 64-byte aligned, as every other buffer
+    CHECK(reinterpret_cast<std::uintptr_t>(half.key_storage().data()) % 64 == 0);
+    CHECK(reinterpret_cast<std::uintptr_t>(half.value_storage().data()) % 64 == 0);
+    // Both work as caches (under ASan: allocated and freed with matching alignments).
+    const auto k = random_floats(T * H * D, 7, 0.5f), v = random_floats(T * H * D, 8, 1.0f);
+    const std::vector<std::int64_t> pos{0, 1, 2};
+    big.append(posenc::heads_view<const float>(k.data(), {T, H, D}), posenc::heads_view<const float>(v.data(), {T, H, D}), pos);
+    half.append(posenc::heads_view<const float>(k.data(), {T, H, D}), posenc::heads_view<const float>(v.data(), {T, H, D}), pos);
+    for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t h = 0; h < H; ++h) {
+            CHECK(std::memcmp(big.values().row(t, h), v.data() + (t * H + h) * D, D * sizeof(float)) == 0);
+            for (std::size_t d = 0; d < D; ++d) CHECK(half.values().row(t, h)[d] == posenc::bf16(v[(t * H + h) * D + d]));
+        }
 }
 
 TEST_CASE("kv_cache: append runs K and V on the transform's threads, with the one-thread bits", "[kv_cache][threads]") {

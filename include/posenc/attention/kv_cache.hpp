@@ -49,6 +49,7 @@
 #include "posenc/core/positions.hpp"
 #include "posenc/core/tensor.hpp"
 #include "posenc/core/detail/checked_size.hpp"
+#include "posenc/core/detail/huge_page_allocator.hpp"
 #include "posenc/core/detail/lifetimebound.hpp"
 #include "posenc/core/detail/parallel.hpp"
 #include "posenc/rope/layout.hpp"
@@ -309,7 +310,7 @@ private:
 
     Transform transform_;
     kv_cache_shape shape_;
-    std::vector<Storage, detail::aligned64_allocator<Storage>> k_, v_;
+    std::vector<Storage, detail::huge_page_allocator<Storage>> k_, v_;  // (decode reads them whole per token)
     std::vector<std::int64_t> pos_;
     std::size_t size_ = 0;
 };
