@@ -471,6 +471,10 @@ MUTANTS = [
      "packed sequences: a key tile of one sequence taken as all visible to a query tile spanning several"),
     ("attention/tile_loop.hpp", "if (ks.is_consecutive() && n > 0) {", "if (n > 0) {",
      "mask_scores: key positions with gaps taken as consecutive"),
+    ("attention/kernels.hpp", "qk_dot_4x4_store(a, k, r0, j + 4 * b, acc);", "qk_dot_4x4_store(a, k, r0, j + 4 * ((b + 1) % blocks), acc);",
+     "16-bit decode QK (AVX-512): a parked block's sums stored as the next block's keys"),
+    ("attention/kernels.hpp", "_mm512_store_ps(parked[b][r0 / RB] + 16 * i, acc[i]);", "_mm512_store_ps(parked[b][0] + 16 * i, acc[i]);",
+     "16-bit decode QK (AVX-512): both row blocks' sums parked in the first's place"),
 ]
 
 

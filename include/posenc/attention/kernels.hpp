@@ -16,7 +16,7 @@
 // The steps that share the block shapes live here; the online softmax in kernels_softmax.hpp (on the
 // vector exp, tanh and reductions of kernels_math.hpp), the conversions and prefetch in
 // kernels_convert.hpp (arch-templated structs this one derives from: the COMDAT rule forbids sharing
-// them as plain helpers). Some 500 lines: the QKᵀ and PV steps share their register blocks.
+// them as plain helpers). Some 530 lines: the QKᵀ and PV steps share their register blocks.
 
 #include <cassert>
 #include <cstddef>
@@ -61,14 +61,14 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     /// never transposed; the transposition would cost more than these rows' FMAs.
 #if defined(__AVX512F__)
     /// Rows [r0, r0 + 4) × keys [j, j + 4) of qk_dot on AVX-512: 16 accumulators, each q and k
-    /// vector loaded once for four FMAs, reduced together (the bits of qk_dot's per-key sums).
+    /// vector loaded once for four FMAs; qk_dot_4x4_store reduces them together (the bits of
+    /// qk_dot's per-key sums).
     template <class E>
-    static void qk_dot_4x4(const attn_qk_args& a, const E* k, std::size_t r0, std::size_t j) noexcept {
+    static void qk_dot_4x4_sums(const attn_qk_args& a, const E* k, std::size_t r0, std::size_t j, __m512 (&acc)[16]) noexcept {
         static_assert(RB == 4);
         const std::size_t D = a.head_dim, Dw = D / W * W;
         const float* q0 = a.q + r0 * D;
         const E* kr[4] = {k + j * a.k_stride, k + (j + 1) * a.k_stride, k + (j + 2) * a.k_stride, k + (j + 3) * a.k_stride};
-        __m512 acc[16];
         POSENC_UNROLL for (std::size_t i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
         for (std::size_t d = 0; d < Dw; d += W) {
             batch kv[4];
@@ -78,6 +78,12 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
                 POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) acc[i * 4 + u] = xsimd::fma(qv, kv[u], batch(acc[i * 4 + u]));
             }
         }
+    }
+    template <class E>
+    static void qk_dot_4x4_store(const attn_qk_args& a, const E* k, std::size_t r0, std::size_t j, const __m512 (&acc)[16]) noexcept {
+        const std::size_t D = a.head_dim, Dw = D / W * W;
+        const float* q0 = a.q + r0 * D;
+        const E* kr[4] = {k + j * a.k_stride, k + (j + 1) * a.k_stride, k + (j + 2) * a.k_stride, k + (j + 3) * a.k_stride};
         const __m512 sums16 = pairwise_sums16(acc);  // lane 4i + u: row r0 + i, key j + u
         if (Dw == D) {  // each row's four scores scaled and stored as one 128-bit lane
             __m512 v = sums16;
@@ -112,12 +118,38 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
         std::size_t j = 0;
 #if defined(__AVX512F__)
         if constexpr (arch_ops<Arch>::is_avx512) {
-            for (; j + 4 <= a.keys; j += 4) {
-                POSENC_UNROLL for (std::size_t u = 0; u < 4; ++u) {
-                    prefetch_row(k, j + u + a.stream_rows, a.k_stride, D);
-                    prefetch_ahead(a.ahead, j + u);
+            if constexpr (!std::is_same_v<E, float>) {
+                // 16-bit K: four blocks' sums parked, then reduced, so that a block's reduction does
+                // not hold up the next block's FMAs (float K measured slower so).
+                constexpr std::size_t blocks = 4, max_row_blocks = 2;
+                static_assert(2 * RB == max_row_blocks * RB);  // rows ≤ 2·RB take this step
+                alignas(64) float parked[blocks][max_row_blocks][16 * 16];
+                for (; j + blocks * 4 <= a.keys; j += blocks * 4) {
+                    POSENC_UNROLL for (std::size_t b = 0; b < blocks; ++b) {
+                        convert::prefetch_row_range(k, j + 4 * b + a.stream_rows, 4, a.k_stride, D);
+                        convert::prefetch_ahead_range(a.ahead, j + 4 * b, 4);
+                        for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
+                            __m512 acc[16];
+                            qk_dot_4x4_sums(a, k, r0, j + 4 * b, acc);
+                            POSENC_UNROLL for (std::size_t i = 0; i < 16; ++i) _mm512_store_ps(parked[b][r0 / RB] + 16 * i, acc[i]);
+                        }
+                    }
+                    POSENC_UNROLL for (std::size_t b = 0; b < blocks; ++b)
+                        for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
+                            __m512 acc[16];
+                            POSENC_UNROLL for (std::size_t i = 0; i < 16; ++i) acc[i] = _mm512_load_ps(parked[b][r0 / RB] + 16 * i);
+                            qk_dot_4x4_store(a, k, r0, j + 4 * b, acc);
+                        }
                 }
-                for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) qk_dot_4x4(a, k, r0, j);
+            }
+            for (; j + 4 <= a.keys; j += 4) {
+                convert::prefetch_row_range(k, j + a.stream_rows, 4, a.k_stride, D);
+                convert::prefetch_ahead_range(a.ahead, j, 4);
+                for (std::size_t r0 = 0; r0 < a.rows; r0 += RB) {
+                    __m512 acc[16];
+                    qk_dot_4x4_sums(a, k, r0, j, acc);
+                    qk_dot_4x4_store(a, k, r0, j, acc);
+                }
             }
         }
 #endif
