@@ -42,6 +42,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     static_assert(NV <= 16, "POSENC_UNROLL unrolls loops of up to 16 trips completely");
     static constexpr std::size_t CV = NV < 4 ? NV : 4;  // vectors per register block
     static constexpr std::size_t RB = attn_row_block;
+    static constexpr std::size_t dot_rows = 2 * RB;  // calls of up to this many rows (decode) take qk_dot
     static_assert(BK % W == 0 && NV % CV == 0);
 
     using convert = attention_convert_steps<Arch>;
@@ -111,6 +112,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
 
     template <class E>
     static void qk_dot(const attn_qk_args& a) noexcept {
+        assert(a.rows <= dot_rows && a.rows % RB == 0);
         const E* k = static_cast<const E*>(a.k);
         const std::size_t D = a.head_dim, Dw = D / W * W;
         for (std::size_t r = 0; r < a.rows; ++r)
@@ -120,10 +122,9 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
         if constexpr (arch_ops<Arch>::is_avx512) {
             if constexpr (!std::is_same_v<E, float>) {
                 // 16-bit K: four blocks' sums parked, then reduced, so that a block's reduction does
-                // not hold up the next block's FMAs (float K measured slower so).
-                constexpr std::size_t blocks = 4, max_row_blocks = 2;
-                static_assert(2 * RB == max_row_blocks * RB);  // rows ≤ 2·RB take this step
-                alignas(64) float parked[blocks][max_row_blocks][16 * 16];
+                // not hold up the next block's FMAs (parking made float K slower).
+                constexpr std::size_t blocks = 4;
+                alignas(64) float parked[blocks][dot_rows / RB][16 * 16];
                 for (; j + blocks * 4 <= a.keys; j += blocks * 4) {
                     POSENC_UNROLL for (std::size_t b = 0; b < blocks; ++b) {
                         convert::prefetch_row_range(k, j + 4 * b + a.stream_rows, 4, a.k_stride, D);
@@ -359,7 +360,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
     }
 
     static void qk(const attn_qk_args& a) noexcept {
-        if (a.rows <= 2 * RB) {
+        if (a.rows <= dot_rows) {
             if (a.k_type == dtype::bf16) return qk_dot<bf16>(a);
             if (a.k_type == dtype::fp16) return qk_dot<fp16>(a);
             return qk_dot<float>(a);
@@ -417,7 +418,7 @@ struct attention_steps : attention_convert_steps<Arch>, attention_softmax_step<A
                 const batch sc(a.acc_scale[r0 + i]);
                 POSENC_UNROLL for (std::size_t u = 0; u < U; ++u) acc[i][u] = pv_scaled(acc[i][u], sc);
             }
-        const std::size_t rows_ahead = a.rows <= 2 * RB ? a.stream_rows : prefetch_rows;
+        const std::size_t rows_ahead = a.rows <= dot_rows ? a.stream_rows : prefetch_rows;
         for (std::size_t j = 0; j < keys; ++j) {
             const E* vr = v + j * a.v_stride + c0;
             if (c0 == 0 && r0 == 0) {

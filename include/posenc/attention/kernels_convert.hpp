@@ -49,7 +49,7 @@ struct attention_convert_steps {
 
     /// Rows [row, row + count) as prefetch_row and prefetch_ahead ask for them one by one, in one loop
     /// over their lines where the rows are contiguous (a kv_cache's head): decode asks for four rows a
-    /// step, and one loop instead of four measured float decode some 6 % faster on a Zen 5.
+    /// step, and one loop asks for each line once without four loops' setup.
     template <class E>
     [[gnu::always_inline]] static void prefetch_row_range(const E* base, std::size_t row, std::size_t count, std::size_t stride,
                                                           std::size_t n) noexcept {
