@@ -28,6 +28,9 @@ constexpr attn_def S5_rope{"S5-rope", 2048, 2048, 32, 8, 128, true, false};
 constexpr attn_def S6{"S6", 1, 8192, 32, 8, 128, true, false};
 /// A short decode (200 cached tokens): with threads = 2 it stays on the caller's thread (too little work).
 constexpr attn_def S6_short{"S6-200", 1, 200, 32, 8, 128, true, false};
+/// S6's heads per kv head and head size over a 16-bit cache small enough for L2 (512 KiB): decode's
+/// arithmetic without its read from memory (fma_fraction is the row's point).
+constexpr attn_def S6_L2{"S6-L2", 1, 512, 8, 2, 128, true, false};
 
 struct attn_data {
     aligned_vector q, k, v, out, lq, lk, lv;  // l*: one dense head for the limit GEMM
@@ -382,6 +385,18 @@ void register_attention() {
                 ->Unit(benchmark::kMillisecond)
                 ->UseManualTime();
         }
+        if (t == 1)
+            for (const bool bf : {true, false})
+                benchmark::RegisterBenchmark(bf ? "attention/S6-L2-bf16/threads:1" : "attention/S6-L2-fp16/threads:1",
+                                             [bf](benchmark::State& st) {
+                                                 // (with a workspace: no per-call allocation in the time)
+                                                 if (bf)
+                                                     attention_bench<posenc::bf16>(st, S6_L2, 1, rope_variant::on_the_fly, false, true);
+                                                 else
+                                                     attention_bench<posenc::fp16>(st, S6_L2, 1, rope_variant::on_the_fly, false, true);
+                                             })
+                    ->Unit(benchmark::kMicrosecond)
+                    ->UseManualTime();
         benchmark::RegisterBenchmark(("attention/S5-rope-table" + th).c_str(),
                                      [t](benchmark::State& st) { attention_bench(st, S5_rope, t, rope_variant::table); })
             ->Unit(benchmark::kMillisecond)

@@ -33,7 +33,7 @@ import sys
 # The benchmarks of the published tables: rotary (float, 16-bit, fused norm, decode), the KV-cache
 # append, attention prefill (S5) and decode (S6), on one and two threads, and the backward passes.
 DEFAULT_FILTER = (r"^(rope/S1/|rope/S3/|rope/S2/|rope/S1-bf16/|rope/S1-fp16/|rope/S1-qknorm/|"
-                  r"kv_cache/append|attention/S5/|attention/S5-rope/|attention/S6/|attention/S6-bf16/|table/S4|"
+                  r"kv_cache/append|attention/S5/|attention/S5-rope/|attention/S6/|attention/S6-bf16/|attention/S6-L2-|table/S4|"
                   r"rope_backward/S1/|attention-backward/S5/)")
 BEGIN = re.compile(r"^<!-- perf-table:begin(?: table=(?P<table>\S+))?(?: rows=(?P<rows>\S+))? -->$")
 END = "<!-- perf-table:end -->"
