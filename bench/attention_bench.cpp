@@ -28,8 +28,9 @@ constexpr attn_def S5_rope{"S5-rope", 2048, 2048, 32, 8, 128, true, false};
 constexpr attn_def S6{"S6", 1, 8192, 32, 8, 128, true, false};
 /// A short decode (200 cached tokens): with threads = 2 it stays on the caller's thread (too little work).
 constexpr attn_def S6_short{"S6-200", 1, 200, 32, 8, 128, true, false};
-/// S6's heads per kv head and head size over a 16-bit cache small enough for L2 (512 KiB): decode's
-/// arithmetic without its read from memory (fma_fraction is the row's point).
+/// S6's heads per kv head and head size over a 16-bit cache of 512 KiB, which stays in an L2 of 1 MiB
+/// or more (Zen 4/5, Intel server cores): decode's arithmetic without its read from memory
+/// (fma_fraction is the row's point; limit_fraction is against a read pass from L2).
 constexpr attn_def S6_L2{"S6-L2", 1, 512, 8, 2, 128, true, false};
 
 struct attn_data {
@@ -60,7 +61,7 @@ double useful_flops(const attn_def& s) {
 
 enum class rope_variant { on_the_fly, table, prerotated, head_major, token_major };
 /// FMA rounds per peak measurement: ~0.2-0.5 ms on one AVX-512 core, timed next to every kernel run;
-/// a fifth of that next to decode on the benchmark's own threads (its kernels take 0.05–3 ms).
+/// a fifth of that next to decode on the benchmark's own threads (its kernels take 0.015–3 ms).
 constexpr std::size_t fma_peak_iterations = 100000, decode_fma_peak_iterations = 20000;
 
 /// K and V converted to 16 bits once (the prefill rows' inputs).

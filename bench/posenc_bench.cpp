@@ -31,8 +31,9 @@
 //   attention/<S5|S5-rope|S6>-bf16, -fp16/threads:N   K and V in 16 bits: S5 and S5-rope (with a cos/sin
 //                               table) over converted copies, S6 over a kv_cache<rotary, bf16/fp16>
 //   attention/S6-L2-bf16, -fp16/threads:1   S6's 4 query heads per kv head over 512 cached tokens of
-//                               2 kv heads (512 KiB: in L2), through an attention_workspace: decode's
-//                               arithmetic without its read from memory, for fma_fraction
+//                               2 kv heads (512 KiB: in an L2 of 1 MiB or more), through a workspace:
+//                               decode's arithmetic without its read from memory, for fma_fraction
+//                               (limit_fraction: against a read pass from L2)
 //   kv_cache/append/threads:N   kv_cache::append of S1's K [2048,8,128] (rotated, RoPE base 10000) and a V
 //                               of the same shape into an empty cache; limit: a copy of the same bytes
 //   kv_cache/append-bf16, -fp16 the same into a 16-bit cache; limit: floats read, 16-bit values written (truncated)

@@ -31,7 +31,8 @@ import subprocess
 import sys
 
 # The benchmarks of the published tables: rotary (float, 16-bit, fused norm, decode), the KV-cache
-# append, attention prefill (S5) and decode (S6), on one and two threads, and the backward passes.
+# append, attention prefill (S5) and decode (S6; S6-L2 its arithmetic alone), on one and two threads,
+# and the backward passes.
 DEFAULT_FILTER = (r"^(rope/S1/|rope/S3/|rope/S2/|rope/S1-bf16/|rope/S1-fp16/|rope/S1-qknorm/|"
                   r"kv_cache/append|attention/S5/|attention/S5-rope/|attention/S6/|attention/S6-bf16/|attention/S6-L2-|table/S4|"
                   r"rope_backward/S1/|attention-backward/S5/)")
