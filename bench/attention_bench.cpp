@@ -386,18 +386,14 @@ void register_attention() {
                 ->Unit(benchmark::kMillisecond)
                 ->UseManualTime();
         }
-        if (t == 1)
-            for (const bool bf : {true, false})
-                benchmark::RegisterBenchmark(bf ? "attention/S6-L2-bf16/threads:1" : "attention/S6-L2-fp16/threads:1",
-                                             [bf](benchmark::State& st) {
-                                                 // (with a workspace: no per-call allocation in the time)
-                                                 if (bf)
-                                                     attention_bench<posenc::bf16>(st, S6_L2, 1, rope_variant::on_the_fly, false, true);
-                                                 else
-                                                     attention_bench<posenc::fp16>(st, S6_L2, 1, rope_variant::on_the_fly, false, true);
-                                             })
-                    ->Unit(benchmark::kMicrosecond)
-                    ->UseManualTime();
+        if (t == 1) {  // through a workspace: no per-call allocation in the time
+            benchmark::RegisterBenchmark("attention/S6-L2-bf16/threads:1", [](benchmark::State& st) {
+                attention_bench<posenc::bf16>(st, S6_L2, 1, rope_variant::on_the_fly, false, true);
+            })->Unit(benchmark::kMicrosecond)->UseManualTime();
+            benchmark::RegisterBenchmark("attention/S6-L2-fp16/threads:1", [](benchmark::State& st) {
+                attention_bench<posenc::fp16>(st, S6_L2, 1, rope_variant::on_the_fly, false, true);
+            })->Unit(benchmark::kMicrosecond)->UseManualTime();
+        }
         benchmark::RegisterBenchmark(("attention/S5-rope-table" + th).c_str(),
                                      [t](benchmark::State& st) { attention_bench(st, S5_rope, t, rope_variant::table); })
             ->Unit(benchmark::kMillisecond)
