@@ -404,13 +404,16 @@ void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view
 
 /// The same with K and V in bf16 or fp16 (both of one type; each const or not): widened exactly to
 /// float a key tile at a time, so the result equals the float call on the same 16-bit values, bit for bit.
+/// (It also takes a float/16-bit mix, only to stop it at a static_assert that names the rule.)
 template <class K, class V, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
-    requires half_storage<std::remove_const_t<K>> && half_storage<std::remove_const_t<V>>
+    requires storage_type<std::remove_const_t<K>> && storage_type<std::remove_const_t<V>> &&
+             (half_storage<std::remove_const_t<K>> || half_storage<std::remove_const_t<V>>)
 void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q, heads_view<K> k,
                heads_view<V> v, heads_view<float> out, const position_ids& q_positions,
                const position_ids& k_positions, const Mask& mask = {}, const attention_options& options = {}) {
     using H = std::remove_const_t<K>;
-    static_assert(std::is_same_v<H, std::remove_const_t<V>>, "posenc::attention: K and V must hold the same type");
+    static_assert(std::is_same_v<H, std::remove_const_t<V>>,
+                  "posenc::attention: K and V must hold the same element type (float, bf16 or fp16)");
     detail::attention_checked<attention_encoding<Transform, Bias, Scale>, H>(
         simd::attention_kernels(), enc, q, heads_view<const H>(k), heads_view<const H>(v), out, {}, q_positions,
         k_positions, mask, options);

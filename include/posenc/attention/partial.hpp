@@ -86,12 +86,14 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
 }
 /// The same with 16-bit K and V (see attention()).
 template <class K, class V, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
-    requires half_storage<std::remove_const_t<K>> && half_storage<std::remove_const_t<V>>
+    requires storage_type<std::remove_const_t<K>> && storage_type<std::remove_const_t<V>> &&
+             (half_storage<std::remove_const_t<K>> || half_storage<std::remove_const_t<V>>)
 void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q, heads_view<K> k,
                        heads_view<V> v, heads_view<float> out, std::span<float> lse, const position_ids& q_positions,
                        const position_ids& k_positions, const Mask& mask = {}, const attention_options& options = {}) {
     using H = std::remove_const_t<K>;
-    static_assert(std::is_same_v<H, std::remove_const_t<V>>, "posenc::attention_partial: K and V must hold the same type");
+    static_assert(std::is_same_v<H, std::remove_const_t<V>>,
+                  "posenc::attention_partial: K and V must hold the same element type (float, bf16 or fp16)");
     detail::attention_partial_checked<attention_encoding<Transform, Bias, Scale>, H>(
         enc, q, heads_view<const H>(k), heads_view<const H>(v), out, lse, q_positions, k_positions, mask, options);
 }
