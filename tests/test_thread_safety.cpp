@@ -4,58 +4,31 @@
 // single-thread run bit for bit. The tests are tagged [concurrency]; they are also built alone without
 // OpenMP (posenc-thread-tests, the std::thread path of core/detail/parallel.hpp), which .ci/run runs again
 // under ThreadSanitizer.
-// Each test starts its threads together (a latch) so that first uses (xsimd's CPU detection, the
-// dispatchers) race as they would in a server that starts many workers at once.
+// Each test starts its threads together (support/concurrency.hpp) so that first uses (xsimd's CPU
+// detection, the dispatchers) race as they would in a server that starts many workers at once.
+// The 16-bit K/V, kv_cache and attention_partial cases are in test_thread_safety_16bit.cpp.
 #include <posenc/attention/attention.hpp>
 #include <posenc/attention/kv_cache.hpp>
 #include <posenc/attention/partial.hpp>
 #include <posenc/posenc.hpp>
 
 #include <cstring>
-#include <functional>
-#include <latch>
-#include <thread>
 
 #include "support/catch.hpp"
+#include "support/concurrency.hpp"
 #include "support/reference.hpp"
 
 #if defined(POSENC_TEST_STD_THREADS) && defined(_OPENMP)
 #error "posenc-thread-tests must be built without OpenMP: it tests the std::thread path"
 #endif
 
+using posenc_test::on_threads;
 using posenc_test::random_floats;
-using posenc_test::same_bits;
+using posenc_test::require_all_equal;
 
 namespace {
 
-constexpr unsigned workers = 8;
-
-/// Runs work(i) on `workers` threads started together; returns each thread's result.
-std::vector<std::vector<float>> on_threads(const std::function<std::vector<float>(unsigned)>& work) {
-    std::vector<std::vector<float>> results(workers);
-    std::latch start(workers);
-    std::vector<std::thread> pool;
-    for (unsigned i = 0; i < workers; ++i)
-        pool.emplace_back([&, i] {
-            start.arrive_and_wait();
-            results[i] = work(i);
-        });
-    for (auto& t : pool) t.join();
-    return results;
-}
-
-/// Every thread's result equals `expected(i)` bit for bit; returns how many were compared.
-std::size_t require_all_equal(const std::vector<std::vector<float>>& got,
-                              const std::function<std::vector<float>(unsigned)>& expected) {
-    std::size_t compared = 0;
-    for (unsigned i = 0; i < got.size(); ++i) {
-        INFO("thread " << i);
-        REQUIRE(!got[i].empty());
-        CHECK(same_bits(got[i], expected(i)));
-        ++compared;
-    }
-    return compared;
-}
+constexpr unsigned workers = posenc_test::concurrent_workers;
 
 // 128 tokens × (8 + 2) heads × 128 lanes = 163840 floats: with set_threads(2) each call also splits
 // its tokens across two threads of its own (nested inside the workers).
