@@ -4,6 +4,8 @@
 // both orders, T5, Shaw) and options (softcap, sinks, sequence ids, keys_transformed, threads, a
 // workspace the input's two calls share), and by kv_cache append / context_shift / clear / attention
 // sequences against its capacity.
+// Partial results (over float, bf16 or fp16 K/V) are merged with themselves or with parts of other
+// shapes and lse sizes.
 // Property: a call either throws posenc::error and leaves every byte of the output buffer (and of the
 // cache) as it was, or it returns having written only the lanes of `out`'s view (guard floats after
 // the buffer, stride gaps unchanged) and, when the inputs are finite and in the documented ranges,
@@ -62,6 +64,50 @@ void with_bias(FuzzedDataProvider& in, std::size_t hq, std::size_t d, std::size_
     }
 }
 
+/// Merges the partial result in `out` (its view ov, its lse) with itself (out again, to rounding), or
+/// with a second part of the fuzzer's shape and lse size, into ov and an lse of the fuzzer's size; a
+/// rejected merge leaves out and lse byte-identical.
+void merge_fuzzed(FuzzedDataProvider& in, tensor& out, posenc::heads_view<float> ov, std::vector<float>& lse,
+                  std::span<const float> sinks) {
+    const std::vector<float> part = out.buf->mem, part_lse = lse;
+    const posenc::heads_view<const float> pv(part.data(), {ov.tokens(), ov.heads(), ov.head_dim()},
+                                             {ov.token_stride(), ov.head_stride()});
+    std::vector<float> other, other_lse, own_lse;
+    std::optional<posenc::heads_view<const float>> ov2;
+    const bool self = in.ConsumeBool();
+    if (!self) {  // the second part: out's shape, or one dimension off; lse of one per row, or any size
+        const auto off = [&](std::size_t x) { return in.ConsumeIntegralInRange(0, 3) == 0 ? in.ConsumeIntegralInRange<std::size_t>(0, 12) : x; };
+        const posenc::heads_shape shape{off(ov.tokens()), off(ov.heads()), off(ov.head_dim())};
+        other.resize(shape.tokens * shape.heads * shape.head_dim);
+        for (float& x : other) x = in.ConsumeFloatingPointInRange(-4.0f, 4.0f);
+        other_lse.resize(in.ConsumeBool() ? shape.tokens * shape.heads : in.ConsumeIntegralInRange<std::size_t>(0, 40));
+        for (float& x : other_lse) x = in.ConsumeFloatingPointInRange(-8.0f, 8.0f);
+        try {
+            ov2.emplace(std::span<const float>(other), shape);
+        } catch (const posenc::error&) {
+            return;  // the view's own checks (head_dim 0)
+        }
+    }
+    // The merged lse: the part's own (in place), none, or a new one of one per row or any size.
+    const int lse_kind = in.ConsumeIntegralInRange(0, 2);
+    if (lse_kind == 2) own_lse.assign(in.ConsumeBool() ? ov.tokens() * ov.heads() : in.ConsumeIntegralInRange<std::size_t>(0, 40), 5.0f);
+    const std::span<float> merged_lse = lse_kind == 0 ? std::span<float>(lse) : lse_kind == 1 ? std::span<float>() : std::span<float>(own_lse);
+    const std::vector<float> before = out.buf->mem, lse_before(merged_lse.begin(), merged_lse.end());
+    try {
+        if (self)
+            posenc::merge_attention_partials({{pv, part_lse}, {pv, part_lse}}, ov, merged_lse, sinks);
+        else if (in.ConsumeBool())
+            posenc::merge_attention_partials({{pv, part_lse}, {*ov2, other_lse}}, ov, merged_lse, sinks);
+        else
+            posenc::merge_attention_partials({{*ov2, other_lse}, {pv, part_lse}}, ov, merged_lse, sinks);
+    } catch (const posenc::error&) {
+        require(std::memcmp(out.buf->mem.data(), before.data(), before.size() * sizeof(float)) == 0);
+        require(merged_lse.empty() || std::memcmp(merged_lse.data(), lse_before.data(), merged_lse.size_bytes()) == 0);
+        return;
+    }
+    check_written(out, before, false);
+}
+
 void fuzz_attention(FuzzedDataProvider& in) {
     sane_flag sane;
     const std::size_t hkv = in.ConsumeIntegralInRange<std::size_t>(0, 3);
@@ -91,8 +137,9 @@ void fuzz_attention(FuzzedDataProvider& in) {
         return;  // the views' own checks
     }
     const std::vector<float> q0 = q.buf->mem, k0 = k.buf->mem, v0 = v.buf->mem;
-    // K and V in float, bf16 or fp16 (the same elements, rounded), or a partial result (out and lse).
-    const int kv_type = in.ConsumeIntegralInRange(0, 3);
+    // K and V in float, bf16 or fp16 (the same elements, rounded), or a partial result (out and lse)
+    // over float, bf16 or fp16 K and V.
+    const int kv_type = in.ConsumeIntegralInRange(0, 5);
     std::vector<posenc::bf16> kb, vb;
     std::vector<posenc::fp16> kh, vh;
     for (float x : k.buf->mem) kb.push_back(posenc::bf16(x)), kh.push_back(posenc::fp16(x));
@@ -111,6 +158,10 @@ void fuzz_attention(FuzzedDataProvider& in) {
                 posenc::attention(enc, *qv, khv, vhv, *ov, qpos.ids, kpos.ids, mask, opts.opt);
             else if (kv_type == 3)
                 posenc::attention_partial(enc, *qv, *kv, *vv, *ov, lse, qpos.ids, kpos.ids, mask, opts.opt);
+            else if (kv_type == 4)
+                posenc::attention_partial(enc, *qv, kbv, vbv, *ov, lse, qpos.ids, kpos.ids, mask, opts.opt);
+            else if (kv_type == 5)
+                posenc::attention_partial(enc, *qv, khv, vhv, *ov, lse, qpos.ids, kpos.ids, mask, opts.opt);
             else
                 posenc::attention(enc, *qv, *kv, *vv, *ov, qpos.ids, kpos.ids, mask, opts.opt);
         };
@@ -128,17 +179,7 @@ void fuzz_attention(FuzzedDataProvider& in) {
                 throw;
             }
         });
-        if (kv_type == 3 && in.ConsumeBool()) {  // merge the part with itself: out again, to rounding
-            const std::vector<float> before = out.buf->mem;
-            try {
-                const std::vector<float> part = out.buf->mem, part_lse = lse;
-                const posenc::heads_view<const float> pv(part.data(), {ov->tokens(), ov->heads(), ov->head_dim()},
-                                                         {ov->token_stride(), ov->head_stride()});
-                posenc::merge_attention_partials({{pv, part_lse}, {pv, part_lse}}, *ov, lse, opts.opt.sinks);
-            } catch (const posenc::error&) {
-                require(std::memcmp(out.buf->mem.data(), before.data(), before.size() * sizeof(float)) == 0);
-            }
-        }
+        if (kv_type >= 3 && in.ConsumeBool()) merge_fuzzed(in, out, *ov, lse, opts.opt.sinks);
     });
     require(std::memcmp(q.buf->mem.data(), q0.data(), q0.size() * sizeof(float)) == 0);  // inputs are read only
     require(std::memcmp(k.buf->mem.data(), k0.data(), k0.size() * sizeof(float)) == 0);

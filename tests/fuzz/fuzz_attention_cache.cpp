@@ -1,5 +1,6 @@
-// fuzz_attention's kv_cache half: append / context_shift / clear / attention sequences against the
-// cache's capacity, in every storage type; a rejected call leaves the cache byte-identical.
+// fuzz_attention's kv_cache half: append (from float, or from 16-bit views into a 16-bit cache) /
+// context_shift / clear / attention and attention_partial sequences against the cache's capacity, in
+// every storage type; a rejected call leaves the cache (and the partial's lse) byte-identical.
 #include "fuzz_attention_inputs.hpp"
 
 namespace posenc_fuzz {
@@ -47,6 +48,20 @@ void fuzz_cache_ops(FuzzedDataProvider& in, const Transform& transform, posenc::
                     positions pos(in, odd(n), sane);
                     const auto kv = k.view();
                     const auto vv = v.view();
+                    if constexpr (!std::is_same_v<Storage, float>) {
+                        if (in.ConsumeBool()) {  // K and V already in the cache's type (the same elements, rounded)
+                            std::vector<Storage> k16, v16;
+                            for (float x : k.buf->mem) k16.push_back(Storage(x));
+                            for (float x : v.buf->mem) v16.push_back(Storage(x));
+                            cache->append(posenc::heads_view<const Storage>(k16.data(), {kv.tokens(), kv.heads(), kv.head_dim()},
+                                                                            {kv.token_stride(), kv.head_stride()}),
+                                          posenc::heads_view<const Storage>(v16.data(), {vv.tokens(), vv.heads(), vv.head_dim()},
+                                                                            {vv.token_stride(), vv.head_stride()}),
+                                          pos.ids);
+                            sane_cache = sane_cache && sane.ok;
+                            break;
+                        }
+                    }
                     cache->append(kv, vv, pos.ids);
                     sane_cache = sane_cache && sane.ok;
                     break;
@@ -66,6 +81,20 @@ void fuzz_cache_ops(FuzzedDataProvider& in, const Transform& transform, posenc::
                     fuzz_options opts(in, hq, tq, cache->size(), sane);
                     const auto qv = q.view();
                     const auto ov = out.view();
+                    if (in.ConsumeIntegralInRange(0, 2) == 0) {  // a partial result over the cache (out and lse)
+                        std::vector<float> lse(in.ConsumeBool() ? tq * hq : in.ConsumeIntegralInRange<std::size_t>(0, 40), 3.0f);
+                        const std::vector<float> lse0 = lse;
+                        checked_call(out, sane.ok, [&] {
+                            try {
+                                posenc::attention_partial(posenc::attention_encoding{cache->transform()}, qv, *cache, ov, lse, qpos.ids,
+                                                          mask, opts.opt);
+                            } catch (const posenc::error&) {
+                                require(lse == lse0);  // a rejected partial call writes no lse either
+                                throw;
+                            }
+                        });
+                        break;
+                    }
                     checked_call(out, sane.ok, [&] {
                         if (in.ConsumeBool())
                             posenc::attention(posenc::attention_encoding{cache->transform()}, qv, *cache, ov, qpos.ids, mask,
