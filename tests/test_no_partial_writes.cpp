@@ -3,6 +3,8 @@
 // and slack, so that a write outside a view shows too), makes one rejected call per kind of bad
 // argument, and requires every buffer byte-identical (memcmp) after each; a last valid call must
 // change them (the comparison can fail).
+#include <posenc/attention/kv_cache.hpp>
+#include <posenc/attention/partial.hpp>
 #include <posenc/posenc.hpp>
 
 #include <cstring>
@@ -10,6 +12,7 @@
 
 #include "support/catch.hpp"
 #include "support/reference.hpp"
+#include "support/storage16.hpp"
 
 namespace {
 
@@ -286,4 +289,73 @@ TEST_CASE("layout conversion: rejected calls leave the weights byte-identical", 
     CHECK(w.rejected == 6);
     posenc::interleaved_to_half_split(s, 2, {.head_dim = 8}, 3);
     CHECK_FALSE(w.unchanged());
+}
+
+namespace {
+/// 16-bit K/V (H = bf16 or fp16): attention and attention_partial over views, and both over a 16-bit
+/// kv_cache; every rejected call leaves Q, out (strided, with gaps and slack) and lse byte-identical.
+template <class H>
+std::size_t check_attention16_rejections() {
+    constexpr std::size_t Tq = 3, Tk = 6, Hq = 4, Hk = 2, Dh = 16, out_stride = Hq * Dh + 4;
+    std::vector<float> q = posenc_test::random_floats(Tq * Hq * Dh, 61);
+    const std::vector<H> k = posenc_test::to_storage<H>(posenc_test::random_floats(Tk * Hk * Dh, 62));
+    const std::vector<H> v = posenc_test::to_storage<H>(posenc_test::random_floats(Tk * Hk * Dh, 63));
+    std::vector<float> out = posenc_test::random_floats(Tq * out_stride + 8, 64);
+    std::vector<float> lse = posenc_test::random_floats(Tq * Hq + 4, 65);
+    watched w({&q, &out, &lse});
+    using CE = posenc::config_error;
+    const posenc::heads_view<const float> qv(q.data(), {Tq, Hq, Dh});
+    const posenc::heads_view<const H> kv(k.data(), {Tk, Hk, Dh}), vv(v.data(), {Tk, Hk, Dh});
+    const posenc::heads_view<const H> k_narrow(k.data(), {Tk, Hk, Dh / 2}), v_short(v.data(), {Tk - 1, Hk, Dh});
+    const posenc::heads_view<float> ov{std::span<float>(out), {Tq, Hq, Dh}, {.token = out_stride}};
+    const posenc::heads_view<float> o_on_q(q.data(), {Tq, Hq, Dh});  // out over Q's memory
+    const std::span<float> lse_ok(lse.data(), Tq * Hq), lse_short(lse.data(), Tq * Hq - 1);
+    const std::span<float> lse_on_out(out.data() + out_stride - 2, Tq * Hq);  // from a gap of out into its second row
+    const posenc::rotary<posenc::half_split> rope({.head_dim = Dh}, posenc::default_rope{});
+    const posenc::attention_encoding enc{rope};
+    const auto table = rope.table(Tk + 1);  // positions [0, Tk]: kp_far's last key is past it, every query inside
+    const posenc::attention_encoding short_table{posenc::table_transform{rope, table}};
+    const auto qp = posenc::position_ids::consecutive(Tk - Tq, Tq), kp = posenc::position_ids::consecutive(0, Tk);
+    const auto kp_far = posenc::position_ids::consecutive(2, Tk), kp_long = posenc::position_ids::consecutive(0, Tk + 1);
+    const auto qp_short = posenc::position_ids::consecutive(Tk - Tq, Tq - 1);
+    const posenc::causal_mask causal{};
+
+    w.template reject<CE>("attention: k head_dim", [&] { posenc::attention(enc, qv, k_narrow, vv, ov, qp, kp, causal); });
+    w.template reject<CE>("attention: v tokens", [&] { posenc::attention(enc, qv, kv, v_short, ov, qp, kp, causal); });
+    w.template reject<CE>("attention: key positions count", [&] { posenc::attention(enc, qv, kv, vv, ov, qp, kp_long, causal); });
+    w.template reject<CE>("attention: query positions count", [&] { posenc::attention(enc, qv, kv, vv, ov, qp_short, kp, causal); });
+    w.template reject<CE>("attention: out overlaps q", [&] { posenc::attention(enc, qv, kv, vv, o_on_q, qp, kp, causal); });
+    w.template reject<posenc::range_error>("attention: key position past the table",
+                                           [&] { posenc::attention(short_table, qv, kv, vv, ov, qp, kp_far, causal); });
+
+    auto partial = [&](const auto& e, auto kk, auto vvv, posenc::heads_view<float> o, std::span<float> l, const posenc::position_ids& q_pos,
+                       const posenc::position_ids& k_pos) { posenc::attention_partial(e, qv, kk, vvv, o, l, q_pos, k_pos, causal); };
+    w.template reject<CE>("partial: k head_dim", [&] { partial(enc, k_narrow, vv, ov, lse_ok, qp, kp); });
+    w.template reject<CE>("partial: v tokens", [&] { partial(enc, kv, v_short, ov, lse_ok, qp, kp); });
+    w.template reject<CE>("partial: key positions count", [&] { partial(enc, kv, vv, ov, lse_ok, qp, kp_long); });
+    w.template reject<CE>("partial: query positions count", [&] { partial(enc, kv, vv, ov, lse_ok, qp_short, kp); });
+    w.template reject<CE>("partial: out overlaps q", [&] { partial(enc, kv, vv, o_on_q, lse_ok, qp, kp); });
+    w.template reject<CE>("partial: lse size", [&] { partial(enc, kv, vv, ov, lse_short, qp, kp); });
+    w.template reject<CE>("partial: lse overlaps out", [&] { partial(enc, kv, vv, ov, lse_on_out, qp, kp); });
+    w.template reject<posenc::range_error>("partial: key position past the table",
+                                           [&] { partial(short_table, kv, vv, ov, lse_ok, qp, kp_far); });
+
+    // A 16-bit cache of the same tokens, read with a query transform of another base.
+    posenc::kv_cache<posenc::rotary<posenc::half_split>, H> cache(rope, {.kv_heads = Hk, .head_dim = Dh, .capacity = Tk});
+    cache.append(kv, vv, kp);
+    const posenc::attention_encoding other_base{posenc::rotary<posenc::half_split>({.head_dim = Dh}, posenc::default_rope{.base = 1e6})};
+    w.template reject<CE>("attention over the cache: other transform",
+                          [&] { posenc::attention(other_base, qv, cache, ov, qp, causal); });
+    w.template reject<CE>("partial over the cache: other transform",
+                          [&] { posenc::attention_partial(other_base, qv, cache, ov, lse_ok, qp, causal); });
+    // Positive control: a valid call writes out and lse.
+    posenc::attention_partial(enc, qv, cache, ov, lse_ok, qp, causal);
+    CHECK_FALSE(w.unchanged());
+    return w.rejected;
+}
+}  // namespace
+
+TEST_CASE("attention and attention_partial with 16-bit K/V or cache: rejected calls leave Q, out and lse byte-identical", "[errors][partial][attention]") {
+    CHECK(check_attention16_rejections<posenc::bf16>() == 16);
+    CHECK(check_attention16_rejections<posenc::fp16>() == 16);
 }
