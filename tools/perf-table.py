@@ -30,12 +30,13 @@ import statistics
 import subprocess
 import sys
 
-# The benchmarks of the published tables: rotary (float, 16-bit, fused norm, decode), the KV-cache
-# append, attention prefill (S5) and decode (S6; S6-L2 its arithmetic alone), on one and two threads,
-# and the backward passes.
-DEFAULT_FILTER = (r"^(rope/S1/|rope/S3/|rope/S2/|rope/S1-bf16/|rope/S1-fp16/|rope/S1-qknorm/|"
-                  r"kv_cache/append|attention/S5/|attention/S5-rope/|attention/S6/|attention/S6-bf16/|attention/S6-L2-|table/S4|"
-                  r"rope_backward/S1/|attention-backward/S5/)")
+# The benchmarks of the published tables: rotary (float, 16-bit, fused norm, decode, a call's overhead
+# alone), the KV-cache append, attention prefill (S5, float and 16-bit K/V) and decode (S6; S6-L2 its
+# arithmetic alone), on one and two threads, and the backward passes.
+DEFAULT_FILTER = (r"^(rope/S1/|rope/S3/|rope/S2/|rope/call-overhead/|rope/S1-bf16/|rope/S1-fp16/|rope/S1-qknorm/|"
+                  r"kv_cache/append|attention/S5/|attention/S5-rope/|attention/S5-bf16/|attention/S5-fp16/|"
+                  r"attention/S5-rope-bf16/|attention/S5-rope-fp16/|attention/S6/|attention/S6-bf16/|attention/S6-fp16/|"
+                  r"attention/S6-L2-|table/S4|rope_backward/S1/|attention-backward/S5/)")
 BEGIN = re.compile(r"^<!-- perf-table:begin(?: table=(?P<table>\S+))?(?: rows=(?P<rows>\S+))? -->$")
 END = "<!-- perf-table:end -->"
 TIMING_SUFFIXES = ("/manual_time", "/real_time")
