@@ -144,6 +144,22 @@ std::vector<float> h16_own_cache_work(const h16_rope& rope, unsigned seed, unsig
     return result;
 }
 
+/// Causal attention over a cache (with `bias`), then attention_partial's out and lse (no bias), in one
+/// vector: what each concurrent reader computes.
+template <class S, class Bias>
+std::vector<float> h16_attend_cache(const posenc::kv_cache<h16_rope, S>& cache, const Bias& bias, posenc::heads_view<const float> Q,
+                                    const posenc::position_ids& qpos, unsigned threads) {
+    std::vector<float> out(Q.tokens() * Q.heads() * Q.head_dim()), lse(Q.tokens() * Q.heads()), result;
+    const posenc::heads_view<float> O(out.data(), {Q.tokens(), Q.heads(), Q.head_dim()});
+    posenc::attention(posenc::attention_encoding{cache.transform(), bias}, Q, cache, O, qpos, posenc::causal_mask{}, h16_options(threads));
+    result.insert(result.end(), out.begin(), out.end());
+    posenc::attention_partial(posenc::attention_encoding{cache.transform()}, Q, cache, O, lse, qpos, posenc::causal_mask{},
+                              h16_options(threads));
+    result.insert(result.end(), out.begin(), out.end());
+    result.insert(result.end(), lse.begin(), lse.end());
+    return result;
+}
+
 /// A worker's reads of a shared const 16-bit cache: attention over a few queries (decode and small
 /// chunks) with ALiBi, and an attention_partial (out and lse).
 template <class S>
@@ -152,16 +168,7 @@ std::vector<float> h16_shared_read_work(const posenc::kv_cache<h16_rope, S>& cac
     const auto q = posenc_test::random_floats(tq * h16_CHQ * h16_CD, 30 + seed);
     const posenc::heads_view<const float> Q(q.data(), {tq, h16_CHQ, h16_CD});
     const auto qpos = posenc::position_ids::consecutive(static_cast<std::int64_t>(cache.size()) - 5 * seed, tq);
-    std::vector<float> out(tq * h16_CHQ * h16_CD), lse(tq * h16_CHQ), result;
-    const posenc::heads_view<float> O(out.data(), {tq, h16_CHQ, h16_CD});
-    posenc::attention(posenc::attention_encoding{cache.transform(), posenc::alibi_bias({.heads = h16_CHQ})}, Q, cache, O, qpos,
-                      posenc::causal_mask{}, h16_options(threads));
-    result.insert(result.end(), out.begin(), out.end());
-    posenc::attention_partial(posenc::attention_encoding{cache.transform()}, Q, cache, O, lse, qpos, posenc::causal_mask{},
-                              h16_options(threads));
-    result.insert(result.end(), out.begin(), out.end());
-    result.insert(result.end(), lse.begin(), lse.end());
-    return result;
+    return h16_attend_cache(cache, posenc::alibi_bias({.heads = h16_CHQ}), Q, qpos, threads);
 }
 
 template <class S>
@@ -191,15 +198,7 @@ std::vector<float> h16_split_decode_work(const posenc::kv_cache<h16_rope, S>& ca
     const auto q = posenc_test::random_floats(h16_LHQ * h16_LD, 70 + seed);
     const posenc::heads_view<const float> Q(q.data(), {1, h16_LHQ, h16_LD});
     const auto qpos = posenc::position_ids::constant(static_cast<std::int64_t>(h16_LT) + seed, 1);
-    std::vector<float> out(h16_LHQ * h16_LD), lse(h16_LHQ), result;
-    const posenc::heads_view<float> O(out.data(), {1, h16_LHQ, h16_LD});
-    posenc::attention(posenc::attention_encoding{cache.transform()}, Q, cache, O, qpos, posenc::causal_mask{}, h16_options(threads));
-    result.insert(result.end(), out.begin(), out.end());
-    posenc::attention_partial(posenc::attention_encoding{cache.transform()}, Q, cache, O, lse, qpos, posenc::causal_mask{},
-                              h16_options(threads));
-    result.insert(result.end(), out.begin(), out.end());
-    result.insert(result.end(), lse.begin(), lse.end());
-    return result;
+    return h16_attend_cache(cache, posenc::no_bias{}, Q, qpos, threads);
 }
 
 template <class S>
