@@ -320,7 +320,7 @@ TEST_CASE("attention_partial over two kv_caches merged equals one call and the c
     partial_cache_test::check_split_kv_cases<posenc::fp16>();
 }
 
-TEST_CASE("attention_partial over a kv_cache rejects another transform, q head_dim or lse size and writes nothing", "[attention][partial][kv_cache][errors]") {
+TEST_CASE("attention_partial over a kv_cache rejects another transform or q head_dim or lse size and writes nothing", "[attention][partial][kv_cache][errors]") {
     partial_cache_test::check_rejections<float>();
     partial_cache_test::check_rejections<posenc::bf16>();
     partial_cache_test::check_rejections<posenc::fp16>();

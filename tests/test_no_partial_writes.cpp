@@ -355,7 +355,7 @@ std::size_t check_attention16_rejections() {
 }
 }  // namespace
 
-TEST_CASE("attention and attention_partial with 16-bit K/V or cache: rejected calls leave Q, out and lse byte-identical", "[errors][partial][attention]") {
+TEST_CASE("attention and attention_partial with 16-bit K/V or cache: rejected calls leave Q and out and lse byte-identical", "[errors][partial][attention]") {
     CHECK(check_attention16_rejections<posenc::bf16>() == 16);
     CHECK(check_attention16_rejections<posenc::fp16>() == 16);
 }

@@ -98,8 +98,8 @@ void h16_check_views() {
                 [&](unsigned i) { return h16_view_work(rope, q, k, v, sinks, i, 2 + i % 2); });
 }
 
-// Caches: HK heads of D lanes; a first append of CT tokens is 2^17 floats, where append takes a
-// second thread (core/detail/parallel.hpp's min_floats_per_thread).
+// Caches: HK heads of D lanes; every worker's first append (265 or more of the CT tokens) passes
+// 2^17 floats, where append takes a second thread (core/detail/parallel.hpp's min_floats_per_thread).
 constexpr std::size_t h16_CT = 272, h16_CHK = 4, h16_CD = 128, h16_CG = 4, h16_CHQ = h16_CHK * h16_CG;
 
 /// A worker's own 16-bit cache appended on `threads` (floats, then 16-bit views), decode steps and an

@@ -88,24 +88,38 @@ void merge_fuzzed(FuzzedDataProvider& in, tensor& out, posenc::heads_view<float>
             return;  // the view's own checks (head_dim 0)
         }
     }
-    // The merged lse: the part's own (in place), none, or a new one of one per row or any size.
+    // The merged lse: the part's own, none, or a new one of one per row or any size. With the part's
+    // own, the first part is merged in place as a reduction does: its lse is lse itself, and its out
+    // sometimes out itself.
     const int lse_kind = in.ConsumeIntegralInRange(0, 2);
     if (lse_kind == 2) own_lse.assign(in.ConsumeBool() ? ov.tokens() * ov.heads() : in.ConsumeIntegralInRange<std::size_t>(0, 40), 5.0f);
     const std::span<float> merged_lse = lse_kind == 0 ? std::span<float>(lse) : lse_kind == 1 ? std::span<float>() : std::span<float>(own_lse);
+    const bool in_place = lse_kind == 0;
+    const posenc::heads_view<const float> first_out = in_place && in.ConsumeBool() ? posenc::heads_view<const float>(ov) : pv;
+    const std::span<const float> first_lse = in_place ? std::span<const float>(lse) : std::span<const float>(part_lse);
     const std::vector<float> before = out.buf->mem, lse_before(merged_lse.begin(), merged_lse.end());
     try {
         if (self)
-            posenc::merge_attention_partials({{pv, part_lse}, {pv, part_lse}}, ov, merged_lse, sinks);
+            posenc::merge_attention_partials({{first_out, first_lse}, {pv, part_lse}}, ov, merged_lse, sinks);
         else if (in.ConsumeBool())
-            posenc::merge_attention_partials({{pv, part_lse}, {*ov2, other_lse}}, ov, merged_lse, sinks);
+            posenc::merge_attention_partials({{first_out, first_lse}, {*ov2, other_lse}}, ov, merged_lse, sinks);
         else
-            posenc::merge_attention_partials({{*ov2, other_lse}, {pv, part_lse}}, ov, merged_lse, sinks);
+            posenc::merge_attention_partials({{*ov2, other_lse}, {first_out, first_lse}}, ov, merged_lse, sinks);
     } catch (const posenc::error&) {
         require(std::memcmp(out.buf->mem.data(), before.data(), before.size() * sizeof(float)) == 0);
         require(merged_lse.empty() || std::memcmp(merged_lse.data(), lse_before.data(), merged_lse.size_bytes()) == 0);
         return;
     }
     check_written(out, before, false);
+    // Two equal parts without sinks weigh 1 each: a row with a finite lse is the part's row exactly.
+    if (self && sinks.empty())
+        for (std::size_t t = 0; t < ov.tokens(); ++t)
+            for (std::size_t h = 0; h < ov.heads(); ++h)
+                if (std::isfinite(part_lse[t * ov.heads() + h]))
+                    for (std::size_t d = 0; d < ov.head_dim(); ++d) {
+                        const float got = ov.row(t, h)[d], want = pv.row(t, h)[d];
+                        require(got == want || (got != got && want != want));
+                    }
 }
 
 void fuzz_attention(FuzzedDataProvider& in) {
