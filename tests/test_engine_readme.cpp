@@ -129,7 +129,7 @@ TEST_CASE("README snippets: 16-bit KV caches, partial results and merge", "[read
     CHECK(std::memcmp(out.data(), ref.data(), out.size() * sizeof(float)) == 0);
 
     // --- partials ---
-    // Two shards of the keys, consecutive positions from 0 (two threads, two machines): each attends to its own...
+    // Two shards of kv and vv (positions 0..tokens-1 split at half; two threads, two machines): each attends to its own...
     const std::size_t half = tokens / 2, rows = new_tokens * q_heads;
     std::vector<float> out_a(out.size()), out_b(out.size()), lse_a(rows), lse_b(rows);
     const posenc::heads_view<float> a(out_a.data(), {new_tokens, q_heads, head_dim}), b(out_b.data(), {new_tokens, q_heads, head_dim});
