@@ -404,10 +404,9 @@ void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view
 
 /// The same with K and V in bf16 or fp16 (both of one type; each const or not): widened exactly to
 /// float a key tile at a time, so the result equals the float call on the same 16-bit values, bit for bit.
-/// (It also takes a float/16-bit mix, only to stop it at a static_assert that names the rule.)
+/// (A float/16-bit mix stops at its static_assert: half_kv_pair.)
 template <class K, class V, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
-    requires storage_type<std::remove_const_t<K>> && storage_type<std::remove_const_t<V>> &&
-             (half_storage<std::remove_const_t<K>> || half_storage<std::remove_const_t<V>>)
+    requires half_kv_pair<K, V>
 void attention(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q, heads_view<K> k,
                heads_view<V> v, heads_view<float> out, const position_ids& q_positions,
                const position_ids& k_positions, const Mask& mask = {}, const attention_options& options = {}) {

@@ -86,8 +86,7 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
 }
 /// The same with 16-bit K and V (see attention()).
 template <class K, class V, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
-    requires storage_type<std::remove_const_t<K>> && storage_type<std::remove_const_t<V>> &&
-             (half_storage<std::remove_const_t<K>> || half_storage<std::remove_const_t<V>>)
+    requires half_kv_pair<K, V>
 void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q, heads_view<K> k,
                        heads_view<V> v, heads_view<float> out, std::span<float> lse, const position_ids& q_positions,
                        const position_ids& k_positions, const Mask& mask = {}, const attention_options& options = {}) {

@@ -109,6 +109,12 @@ concept storage_type = std::same_as<T, float> || std::same_as<T, bf16> || std::s
 template <class T>
 concept half_storage = storage_type<T> && !std::same_as<T, float>;
 
+/// K and V element types (each const or not) of which at least one is bf16 or fp16: what the 16-bit
+/// attention overloads take; a float/16-bit mix only to stop it at a static_assert that names the rule.
+template <class K, class V>
+concept half_kv_pair = storage_type<std::remove_const_t<K>> && storage_type<std::remove_const_t<V>> &&
+                       (half_storage<std::remove_const_t<K>> || half_storage<std::remove_const_t<V>>);
+
 template <storage_type T>
 inline constexpr dtype dtype_of = std::same_as<T, float> ? dtype::f32 : std::same_as<T, bf16> ? dtype::bf16 : dtype::fp16;
 

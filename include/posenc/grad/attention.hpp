@@ -254,11 +254,9 @@ void attention_backward(const attention_encoding<Transform, Bias, Scale>& enc, h
         enc, q, k, v, out, lse, dout, dq, dk, dv, q_positions, k_positions, mask, options, param_grads);
 }
 
-/// The same with K and V in bf16 or fp16 (as the forward took them); the gradients are in float. (A
-/// float/16-bit mix is taken only to stop it at the static_assert that names the rule.)
+/// The same with K and V in bf16 or fp16 (as the forward took them); the gradients are in float.
 template <class K, class V, class Transform, class Bias, class Scale, attention_mask Mask = no_mask>
-    requires storage_type<std::remove_const_t<K>> && storage_type<std::remove_const_t<V>> &&
-             (half_storage<std::remove_const_t<K>> || half_storage<std::remove_const_t<V>>)
+    requires half_kv_pair<K, V>
 void attention_backward(const attention_encoding<Transform, Bias, Scale>& enc, heads_view<const float> q,
                         heads_view<K> k, heads_view<V> v, heads_view<const float> out, std::span<const float> lse,
                         heads_view<const float> dout, heads_view<float> dq, heads_view<float> dk, heads_view<float> dv,
