@@ -639,7 +639,7 @@ TEST_CASE("attention_partial + merge equal one call, lse = log-sum-exp of the lo
     std::vector<float> merged(Tq * Hq * Dv, -3.0f), merged_lse(Tq * Hq), one(merged.size());
     std::vector<posenc::attention_part> parts;
     for (std::size_t s = 0; s < 3; ++s) parts.push_back({hv(outs[s], Tq, Hq, Dv), lses[s]});
-    posenc::merge_attention_partials(parts, hv(merged, Tq, Hq, Dv), merged_lse, sinks);
+    posenc::merge_attention_partials(parts, hv(merged, Tq, Hq, Dv), {.lse = merged_lse, .sinks = sinks});
     posenc::attention(enc, hv(q, Tq, Hq, D), hv(k, Tk, Hkv, D), hv(v, Tk, Hkv, Dv), hv(one, Tq, Hq, Dv), qp,
                       posenc::position_ids(p.kpos), posenc::causal_mask{}, {.sinks = sinks});
     double worst = 0;
@@ -653,7 +653,7 @@ TEST_CASE("attention_partial + merge equal one call, lse = log-sum-exp of the lo
     // In place: out is part 0's view, lse part 0's lse.
     std::vector<float> o0 = outs[0], l0 = lses[0];
     parts[0] = {hv(o0, Tq, Hq, Dv), l0};
-    posenc::merge_attention_partials(parts, hv(o0, Tq, Hq, Dv), l0, sinks);
+    posenc::merge_attention_partials(parts, hv(o0, Tq, Hq, Dv), {.lse = l0, .sinks = sinks});
     CHECK(bits_equal(o0, merged));
     CHECK(bits_equal(l0, merged_lse));
 }
@@ -667,7 +667,7 @@ TEST_CASE("merge with sinks: lse = log(e^sink + sum e^lse), a row no part saw ke
     const std::vector<float> la{ninf, 1.0f, 800.0f, 0.25f}, lb{ninf, 2.0f, 1.0f, -0.5f};
     const std::vector<float> sinks{0.5f, 1000.0f, -800.0f, 0.75f};
     std::vector<float> out(Hq * Dv, 9.0f), lse(Hq, 9.0f);
-    posenc::merge_attention_partials({{hv(a, 1, Hq, Dv), la}, {hv(b, 1, Hq, Dv), lb}}, hv(out, 1, Hq, Dv), lse, sinks);
+    posenc::merge_attention_partials({{hv(a, 1, Hq, Dv), la}, {hv(b, 1, Hq, Dv), lb}}, hv(out, 1, Hq, Dv), {.lse = lse, .sinks = sinks});
     // Row 0: no part saw a key, so only the sink is in the denominator: out 0, lse = the sink.
     CHECK(lse[0] == 0.5f);
     // Row 1: the sink outweighs both parts by e^998 (beyond double's range): out 0, lse = the sink.
@@ -713,16 +713,16 @@ TEST_CASE("attention_partial and merge: bad input named, nothing written", "[att
                Catch::Contains("parts[1].out shape") && Catch::Contains("2x3x8") && Catch::Contains("2x2x8"));
     CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), lse_short}}, hv(out, T, H, D)); }),
                Catch::Contains("parts[0].lse") && Catch::Contains("of 3 values"));
-    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), la}}, hv(out, T, H, D), {}, std::vector<float>{1.0f}); }),
+    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), la}}, hv(out, T, H, D), {.sinks = std::vector<float>{1.0f}}); }),
                Catch::Contains("sinks") && Catch::Contains("of 1 values"));
     CHECK_THAT(message([&] { posenc::merge_attention_partials({{posenc::heads_view<const float>(a.data() + 1, {T, H, D - 1}, {H * D, D}), la}}, posenc::heads_view<float>(a.data(), {T, H, D - 1}, {H * D, D})); }),
                Catch::Contains("overlaps out without being out itself"));
     CHECK_THAT(message([&] { posenc::merge_attention_partials(std::span<const posenc::attention_part>{}, hv(out, T, H, D)); }),
                Catch::Contains("parts"));
     // lse (or sinks) over out's own memory (a NaN or +inf lse is data: test_attention_nonfinite.cpp).
-    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), la}}, hv(out, T, H, D), std::span<float>(out.data(), T * H)); }),
+    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), la}}, hv(out, T, H, D), {.lse = std::span<float>(out.data(), T * H)}); }),
                Catch::Contains("lse") && Catch::Contains("overlaps out"));
-    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), la}}, hv(out, T, H, D), {}, std::span<const float>(out.data(), H)); }),
+    CHECK_THAT(message([&] { posenc::merge_attention_partials({{hv(a, T, H, D), la}}, hv(out, T, H, D), {.sinks = std::span<const float>(out.data(), H)}); }),
                Catch::Contains("sinks") && Catch::Contains("overlaps out"));
     CHECK(std::all_of(out.begin(), out.end(), [](float x) { return x == 9.0f; }));
     CHECK(std::all_of(a.begin(), a.end(), [](float x) { return x == 1.0f; }));
@@ -740,7 +740,7 @@ TEST_CASE("attention_partial and merge: an overlap of one element, the views' la
     const std::span<float> lse_on_last(buf.data() + n - 1, T * H);
     CHECK_THROWS_WITH(posenc::attention_partial(enc, hv(q, T, H, D), hv(k, T, H, D), hv(v, T, H, D), out, lse_on_last, pos, pos),
                       Catch::Contains("lse") && Catch::Contains("overlaps out"));
-    CHECK_THROWS_WITH(posenc::merge_attention_partials({{hv(a, T, H, D), la}}, out, lse_on_last),
+    CHECK_THROWS_WITH(posenc::merge_attention_partials({{hv(a, T, H, D), la}}, out, {.lse = lse_on_last}),
                       Catch::Contains("lse") && Catch::Contains("overlaps out"));
     // a part's out whose last element is out's first
     std::vector<float> shared(2 * n - 1, 1.0f);

@@ -159,7 +159,7 @@ TEST_CASE("merge_attention_partials: a NaN part makes its row NaN, the other row
         shard(k, 0, half, a, la);
         shard(k, half, T - half, b, lb);
         result r{std::vector<float>(a.size(), -7.0f), std::vector<float>(la.size(), -7.0f)};
-        posenc::merge_attention_partials({{hv(a, Tq, Hq, Dv), la}, {hv(b, Tq, Hq, Dv), lb}}, hv(r.out, Tq, Hq, Dv), r.lse, sinks);
+        posenc::merge_attention_partials({{hv(a, Tq, Hq, Dv), la}, {hv(b, Tq, Hq, Dv), lb}}, hv(r.out, Tq, Hq, Dv), {.lse = r.lse, .sinks = sinks});
         return r;
     };
     for (const std::vector<float>& sinks : {std::vector<float>{}, std::vector<float>{0.5f, -1.0f, 2.0f, 0.0f}}) {
@@ -174,10 +174,10 @@ TEST_CASE("merge_attention_partials: a NaN part makes its row NaN, the other row
         shard(p.k, 0, half, a, la);
         shard(p.k, half, T - half, b, lb);
         result clean{std::vector<float>(a.size()), std::vector<float>(la.size())};
-        posenc::merge_attention_partials({{hv(a, Tq, Hq, Dv), la}, {hv(b, Tq, Hq, Dv), lb}}, hv(clean.out, Tq, Hq, Dv), clean.lse);
+        posenc::merge_attention_partials({{hv(a, Tq, Hq, Dv), la}, {hv(b, Tq, Hq, Dv), lb}}, hv(clean.out, Tq, Hq, Dv), {.lse = clean.lse});
         lb[1 * Hq + 2] = inf_f;
         result r{std::vector<float>(a.size()), std::vector<float>(la.size())};
-        posenc::merge_attention_partials({{hv(a, Tq, Hq, Dv), la}, {hv(b, Tq, Hq, Dv), lb}}, hv(r.out, Tq, Hq, Dv), r.lse);
+        posenc::merge_attention_partials({{hv(a, Tq, Hq, Dv), la}, {hv(b, Tq, Hq, Dv), lb}}, hv(r.out, Tq, Hq, Dv), {.lse = r.lse});
         check_rows(clean, r, Tq, [](std::size_t t, std::size_t h) { return t == 1 && h == 2; });
     }
     {  // a NaN part beside one that saw nothing (lse −∞): NaN, not "no key seen"
@@ -186,7 +186,7 @@ TEST_CASE("merge_attention_partials: a NaN part makes its row NaN, the other row
         k[(10 * Hkv + 0) * D + 2] = nan_f;
         shard(k, 0, half, a, la);
         const std::vector<float> none_lse(la.size(), -inf_f);
-        posenc::merge_attention_partials({{hv(none, Tq, Hq, Dv), none_lse}, {hv(a, Tq, Hq, Dv), la}}, hv(out, Tq, Hq, Dv), lse);
+        posenc::merge_attention_partials({{hv(none, Tq, Hq, Dv), none_lse}, {hv(a, Tq, Hq, Dv), la}}, hv(out, Tq, Hq, Dv), {.lse = lse});
         for (std::size_t r = 0; r < Tq * Hq; ++r) {
             INFO("row " << r);
             CHECK(std::isnan(lse[r]) == (r % Hq / G == 0));

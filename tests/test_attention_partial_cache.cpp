@@ -233,7 +233,7 @@ void check_split_kv(const sequence& s, std::size_t cut, std::size_t Hq, const st
     posenc::attention_partial(enc, hv(q, Tq, Hq, D), second, hv(out_b, Tq, Hq, D), lse_b, qp, mask);
     std::vector<float> merged(rows * D, -3.0f), merged_lse(rows, -3.0f), one(rows * D, -4.0f);
     posenc::merge_attention_partials({{hv(out_a, Tq, Hq, D), lse_a}, {hv(out_b, Tq, Hq, D), lse_b}}, hv(merged, Tq, Hq, D),
-                                     merged_lse);
+                                     {.lse = merged_lse});
     posenc::attention(enc, hv(q, Tq, Hq, D), whole, hv(one, Tq, Hq, D), qp, mask);
 
     std::size_t bad = 0;

@@ -241,7 +241,7 @@ std::vector<float> attention_work(const posenc::rotary<posenc::half_split>& rope
                                   posenc::position_ids::consecutive(10 * seed, h), posenc::causal_mask{}, {.threads = 2});
         posenc::attention_partial(posenc::attention_encoding{rope}, Q, K.tokens_slice(h, AT - h), V.tokens_slice(h, AT - h), B,
                                   lb, pos, posenc::position_ids::consecutive(10 * seed + h, AT - h), posenc::causal_mask{});
-        posenc::merge_attention_partials({{A, la}, {B, lb}}, O, {}, sinks);
+        posenc::merge_attention_partials({{A, la}, {B, lb}}, O, {.sinks = sinks});
     });
     {  // decode over 2100 keys of one kv head, split across 2 threads by key segments
         static const auto long_k = random_floats(2100 * AD, 15), long_v = random_floats(2100 * AD, 16);

@@ -81,7 +81,7 @@ std::vector<float> h16_view_work(const h16_rope& rope, const std::vector<float>&
     posenc::attention_partial(posenc::attention_encoding{rope}, Q, K.tokens_slice(h, h16_VT - h), V.tokens_slice(h, h16_VT - h),
                               B, lb, pos, posenc::position_ids::consecutive(5 * seed + h, h16_VT - h), posenc::causal_mask{},
                               h16_options(threads));
-    posenc::merge_attention_partials({{A, la}, {B, lb}}, O, {}, sinks);
+    posenc::merge_attention_partials({{A, la}, {B, lb}}, O, {.sinks = sinks});
     for (const auto* part : {&a, &la, &b, &lb, &out}) result.insert(result.end(), part->begin(), part->end());
     return result;
 }

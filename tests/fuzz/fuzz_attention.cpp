@@ -100,11 +100,11 @@ void merge_fuzzed(FuzzedDataProvider& in, tensor& out, posenc::heads_view<float>
     const std::vector<float> before = out.buf->mem, lse_before(merged_lse.begin(), merged_lse.end());
     try {
         if (self)
-            posenc::merge_attention_partials({{first_out, first_lse}, {pv, part_lse}}, ov, merged_lse, sinks);
+            posenc::merge_attention_partials({{first_out, first_lse}, {pv, part_lse}}, ov, {.lse = merged_lse, .sinks = sinks});
         else if (in.ConsumeBool())
-            posenc::merge_attention_partials({{first_out, first_lse}, {*ov2, other_lse}}, ov, merged_lse, sinks);
+            posenc::merge_attention_partials({{first_out, first_lse}, {*ov2, other_lse}}, ov, {.lse = merged_lse, .sinks = sinks});
         else
-            posenc::merge_attention_partials({{*ov2, other_lse}, {first_out, first_lse}}, ov, merged_lse, sinks);
+            posenc::merge_attention_partials({{*ov2, other_lse}, {first_out, first_lse}}, ov, {.lse = merged_lse, .sinks = sinks});
     } catch (const posenc::error&) {
         require(std::memcmp(out.buf->mem.data(), before.data(), before.size() * sizeof(float)) == 0);
         require(merged_lse.empty() || std::memcmp(merged_lse.data(), lse_before.data(), merged_lse.size_bytes()) == 0);

@@ -57,7 +57,7 @@ grad_result run_backward(const attn_problem& p, const Enc& enc, const Mask& mask
     posenc::attention_options fwd = opt;
     fwd.sinks = {};
     posenc::attention_partial(enc, q, k, v, o, lse, qpos, kpos, mask, fwd);
-    if (!opt.sinks.empty()) posenc::merge_attention_partials({posenc::attention_part{o, lse}}, o, lse, opt.sinks);
+    if (!opt.sinks.empty()) posenc::merge_attention_partials({posenc::attention_part{o, lse}}, o, {.lse = lse, .sinks = opt.sinks});
     grad_result g{std::vector<float>(p.q.size()), std::vector<float>(p.k.size()), std::vector<float>(p.v.size())};
     posenc::attention_backward(enc, q, k, v, o, lse, posenc::heads_view<const float>(dout.data(), {p.Tq, p.Hq, p.Dv}),
                                posenc::heads_view<float>(g.dq.data(), {p.Tq, p.Hq, p.D}),

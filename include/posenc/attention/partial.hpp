@@ -111,14 +111,23 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
         enc, q, cache.keys(), cache.values(), out, lse, q_positions, cache.positions(), mask, options);
 }
 
-/// out (and lse, if given) = the merge of `parts` (see the top of this file), with `sinks` (one per
-/// query head, or none) joining each row's denominator once. Every part has out's shape and Tq·Hq lse
-/// values. out may be one part's view itself (same memory and strides) and lse one part's lse, so a
-/// reduction can merge in place; any other overlap is rejected. Everything is checked first.
+/// What merge_attention_partials takes besides the parts and out, by name (two float spans in a row
+/// would let a vector of sinks bind to the lse output).
+struct merge_options {
+    std::span<float> lse = {};          ///< where the merged rows' log-sum-exp go (Tq·Hq values), or none
+    std::span<const float> sinks = {};  ///< one per query head, joining each row's denominator once, or none
+};
+
+/// out (and options.lse, if given) = the merge of `parts` (see the top of this file), with
+/// options.sinks joining each row's denominator once. Every part has out's shape and Tq·Hq lse values.
+/// out may be one part's view itself (same memory and strides) and lse one part's lse, so a reduction
+/// can merge in place; any other overlap is rejected. Everything is checked first.
 inline void merge_attention_partials(std::span<const attention_part> parts, heads_view<float> out,
-                                     std::span<float> lse = {}, std::span<const float> sinks = {}) {
+                                     const merge_options& options = {}) {
     using detail::require;
     using detail::to_text;
+    const std::span<float> lse = options.lse;
+    const std::span<const float> sinks = options.sinks;
     const std::size_t T = out.tokens(), H = out.heads(), Dv = out.head_dim(), rows = T * H;
     require(!parts.empty(), "parts", "empty", "needs at least one partial result");
     require(lse.empty() || lse.size() == rows, "lse", [&] { return "of " + to_text(lse.size()) + " values"; },
@@ -182,8 +191,8 @@ inline void merge_attention_partials(std::span<const attention_part> parts, head
         }
 }
 inline void merge_attention_partials(std::initializer_list<attention_part> parts, heads_view<float> out,
-                                     std::span<float> lse = {}, std::span<const float> sinks = {}) {
-    merge_attention_partials(std::span<const attention_part>(parts.begin(), parts.size()), out, lse, sinks);
+                                     const merge_options& options = {}) {
+    merge_attention_partials(std::span<const attention_part>(parts.begin(), parts.size()), out, options);
 }
 
 }  // namespace posenc
