@@ -6,6 +6,7 @@
 cmake_minimum_required(VERSION 3.20)
 include("${CMAKE_CURRENT_LIST_DIR}/include_flags.cmake")
 posenc_include_flags(includes "${POSENC_INCLUDE}" "${DEPENDENCY_INCLUDES}" "${IMPLICIT_INCLUDES}")
+set(ENV{LC_ALL} C)  # EXPECT may be a compiler's English message
 set(flags -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic ${includes})
 string(REPLACE "|" ";" cases "${CASES}")
 foreach(c 0 ${cases})

@@ -1,6 +1,7 @@
 // Compiled by tests/expect_compile_error.cmake once per POSENC_CASE: case 0 (lse and sinks named in
-// merge_options) must compile cleanly; the other cases pass them by position, which used to let a
-// vector of sinks bind to the lse output (overwritten, no sinks applied), and must not compile.
+// merge_options) must compile cleanly; the other cases pass them by position, as arguments or in
+// braces, which lets a vector of sinks bind to the lse output (overwritten, no sinks applied), and
+// must not compile.
 #include <posenc/attention/partial.hpp>
 
 #include <vector>
@@ -13,10 +14,16 @@ void merge_positional() {
     posenc::merge_attention_partials({{av, la}, {bv, lb}}, out, {.sinks = sinks});
     posenc::merge_attention_partials({{av, la}, {bv, lb}}, out, {.lse = lse, .sinks = sinks});
     posenc::merge_attention_partials({{av, la}, {bv, lb}}, out);
+    posenc::merge_attention_partials({{av, la}, {bv, lb}}, out, {});
+    posenc::merge_attention_partials({{av, la}, {bv, lb}}, out, {.sinks = std::vector<float>{1.0f}});
 #elif POSENC_CASE == 1
     posenc::merge_attention_partials({{av, la}, {bv, lb}}, out, sinks);  // meant as the sinks
 #elif POSENC_CASE == 2
     posenc::merge_attention_partials({{av, la}, {bv, lb}}, out, lse, sinks);
+#elif POSENC_CASE == 3
+    posenc::merge_attention_partials({{av, la}, {bv, lb}}, out, {sinks});  // braces by position: lse again
+#elif POSENC_CASE == 4
+    posenc::merge_attention_partials({{av, la}, {bv, lb}}, out, {lse, sinks});
 #endif
     (void)lse, (void)sinks;
 }

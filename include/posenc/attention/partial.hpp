@@ -111,9 +111,18 @@ void attention_partial(const attention_encoding<Transform, Bias, Scale>& enc, he
         enc, q, cache.keys(), cache.values(), out, lse, q_positions, cache.positions(), mask, options);
 }
 
-/// What merge_attention_partials takes besides the parts and out, by name (two float spans in a row
-/// would let a vector of sinks bind to the lse output).
+namespace detail {
+/// A first member no value converts to: {sinks} cannot fill merge_options by position.
+struct by_name_only {
+    explicit by_name_only() = default;
+};
+}  // namespace detail
+
+/// What merge_attention_partials takes besides the parts and out, by name only ({.lse = l, .sinks = s}):
+/// by position a vector of sinks would bind to the lse output. The spans view the caller's buffers:
+/// build the options in the call, or over buffers that outlive them.
 struct merge_options {
+    [[no_unique_address]] detail::by_name_only by_name = detail::by_name_only{};
     std::span<float> lse = {};          ///< where the merged rows' log-sum-exp go (Tq·Hq values), or none
     std::span<const float> sinks = {};  ///< one per query head, joining each row's denominator once, or none
 };
