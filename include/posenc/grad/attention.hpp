@@ -15,9 +15,9 @@
 // With sinks, attention_partial (which rejects them) is called without them and its part merged with
 // the sinks: merge_attention_partials({{out, lse}}, out, {.lse = lse, .sinks = sinks}) gives the
 // output and the sink-including log-sum-exp this function needs (dQ, dK, dV see the sinks only
-// through out and lse); then pass the same sinks in options. Sharded or ring: every call takes its queries' global out and
-// lse, the caller sums the calls' dq, dk, dv shares, and param_grads.sinks is asked of one call only
-// (the tables add up across calls).
+// through out and lse); then pass the same sinks in options. Sharded or ring: every call takes its
+// queries' global out and lse, the caller sums the calls' dq, dk, dv shares, and param_grads.sinks is
+// asked of one call only (the tables add up across calls).
 //
 // How (FlashAttention-2's backward, on a CPU): nothing of size Tq×Tk is stored. For a query tile
 // (the G query heads of one kv head over up to 64/G tokens) against a key tile of 64 keys, the scores
